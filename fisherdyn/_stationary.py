@@ -1,0 +1,603 @@
+"""Fixed-temperature stationary attention operators (MATH.md sections 2-3).
+
+`stationary(entropy, scores, T)` solves the stationary law $T G(\\rho_i) = z_i + \\lambda$ on
+the support with $\\sum\\rho = 1$:
+
+- Shannon: closed form (softmax).
+- Separable families (Tsallis, Kaniadakis, Burg, Abe): the componentwise inverse law
+  $\\rho_i = G^{-1}((z_i - \\nu)/T)$ plus one scalar normalization root $\\nu$, found by a
+  bracketed (safeguarded) Newton iteration on $\\log\\sum\\rho(\\nu)$. The bracket
+  $[\\max z, \\max z - T\\hat G(1/N)]$ is exact: at its ends the top weight is 1 and 1/N.
+- Renyi / Sharma-Mittal: the Tsallis map at a self-consistent temperature
+  $T_{eff} = T\\phi(M_q)$; the consistency equation in $M$ is scanned over its whole range,
+  and the branch of least free energy is polished by a bracketed Newton step in $\\log M$.
+
+The derivative is an exact `custom_jvp` from the saved output (implicit function theorem),
+including tangents with respect to the scores, T and the entropy's parameters.
+
+The root iteration here is purpose-built and batch-native; the independent cross-check
+(`solve_stationary`) uses optimistix and scipy instead and shares none of this code.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+
+from ._entropies import (
+    AbstractEntropy,
+    AbstractSeparableEntropy,
+    AbstractTsallisShapedEntropy,
+    Abe,
+    Shannon,
+    Tsallis,
+)
+
+__all__ = [
+    "stationary",
+    "stationary_info",
+    "stationary_jacobian",
+    "stationary_branches",
+    "free_energy",
+    "StationaryInfo",
+    "Branches",
+]
+
+
+# --------------------------------------------------------------------------- input checks
+
+
+def _check_entropy(entropy):
+    if not isinstance(entropy, AbstractEntropy):
+        raise TypeError(f"expected a fisherdyn entropy (e.g. Shannon()), got {entropy!r}")
+
+
+def _prepare(scores, T, mask, axis):
+    """Move `axis` last, validate, and build the effective mask (False = excluded)."""
+    z = jnp.asarray(scores)
+    if not jnp.issubdtype(z.dtype, jnp.floating):
+        z = z.astype(jnp.result_type(float))
+    if z.ndim == 0:
+        raise ValueError("scores must have at least one axis (the keys)")
+    z = jnp.moveaxis(z, axis, -1)
+    if mask is None:
+        keep = jnp.ones(z.shape, bool)
+    else:
+        keep = jnp.asarray(mask)
+        if keep.dtype != bool:
+            raise TypeError(f"mask must be boolean (True = keep), got dtype {keep.dtype}")
+        keep = jnp.moveaxis(jnp.broadcast_to(keep, jnp.moveaxis(z, -1, axis).shape), axis, -1)
+    z = eqx.error_if(z, jnp.any(jnp.isnan(z)), "scores contain NaN")
+    z = eqx.error_if(z, jnp.any(z == jnp.inf), "scores contain +inf")
+    keep = keep & (z > -jnp.inf)  # -inf behaves like a masked entry
+    T = jnp.asarray(T, dtype=z.dtype)
+    T = eqx.error_if(T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)), "T must be finite and > 0")
+    if T.ndim > 0:
+        T = T[..., None]
+    empty = ~jnp.any(keep, axis=-1, keepdims=True)
+    # Empty rows are solved as if unmasked (finite, harmless) and zeroed afterwards.
+    keep = keep | empty
+    z = jnp.where(keep, z, 0.0)
+    z = jnp.where(jnp.isfinite(z), z, 0.0)
+    return z, keep, T, empty
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _row_max(z, keep):
+    return jnp.max(jnp.where(keep, z, -jnp.inf), axis=-1, keepdims=True)
+
+
+def _project(c, v):
+    """$P v = c\\odot v - c\\,(c\\cdot v)/\\sum c$: the tangent response of a separable law."""
+    sc = jnp.sum(c, -1, keepdims=True)
+    return c * v - c * jnp.sum(c * v, -1, keepdims=True) / jnp.where(sc > 0, sc, 1.0)
+
+
+def _shifted_G(entropy, rho, active):
+    safe = jnp.where(active, rho, 1.0)
+    return jnp.where(active, entropy.G_shifted(safe), 0.0)
+
+
+def _slope(entropy, rho, active):
+    """$dx/dy = 1/G'(x)$ on the support (0 off it), overflow-free."""
+    safe = jnp.where(active, rho, 1.0)
+    if isinstance(entropy, Abe):
+        log = jnp.log(safe)
+        A, dA = entropy.asinh_G_of_log(log)
+        absA = jnp.abs(A)
+        logcosh = absA + jnp.log1p(jnp.exp(-2 * absA)) - jnp.log(2.0)
+        s = jnp.exp(log - jnp.log(dA) - logcosh)
+    elif isinstance(entropy, Tsallis):
+        s = jnp.exp((2 - entropy.q) * jnp.log(safe)) / entropy.q
+    else:
+        s = 1.0 / entropy.G_prime(safe)
+    return jnp.where(active, s, 0.0)
+
+
+def _param_jvp(fn, entropy, t_entropy):
+    """Directional derivative of `fn(entropy)` along the entropy tangent (None = zero)."""
+    if t_entropy is None:
+        return None
+    leaves, treedef = jtu.tree_flatten(entropy)
+    t_leaves = treedef.flatten_up_to(t_entropy)
+    idx = [i for i, t in enumerate(t_leaves) if t is not None]
+    if not idx:
+        return None
+
+    def f(*vals):
+        new = list(leaves)
+        for i, v in zip(idx, vals):
+            new[i] = v
+        return fn(jtu.tree_unflatten(treedef, new))
+
+    return jax.jvp(f, [leaves[i] for i in idx], [t_leaves[i] for i in idx])[1]
+
+
+def _add(a, b):
+    return a if b is None else a + b
+
+
+# --------------------------------------------------------------------------- separable solver
+
+
+class _RootState(NamedTuple):
+    it: jax.Array
+    nu: jax.Array
+    lo: jax.Array
+    hi: jax.Array
+    rho: jax.Array
+    slope: jax.Array
+    aux: jax.Array
+    done: jax.Array
+
+
+def _abe_component(entropy, y, log, steps=2):
+    """A few warm-started Newton steps of the Abe inversion in l = ln x (asinh form)."""
+    target = jnp.arcsinh(1.0 + y)
+
+    def step(_, log):
+        A, dA = entropy.asinh_G_of_log(log)
+        return jnp.minimum(log - jnp.clip((A - target) / dA, -30.0, 30.0), 1.0)
+
+    log = jax.lax.fori_loop(0, steps, step, log)
+    A, dA = entropy.asinh_G_of_log(log)
+    x = jnp.exp(log)
+    slope = x / (dA * jnp.sqrt(1 + (1.0 + y) ** 2))
+    return x, slope, log, jnp.abs(A - target)
+
+
+def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None):
+    """Solve $\\hat G(\\rho_i) = (z_i - \\nu)/T$, $\\sum\\rho = 1$ for every row.
+
+    Returns (rho, nu, slope) with `slope = d rho/d y` on the support.
+    """
+    dtype = z.dtype
+    eps = jnp.finfo(dtype).eps
+    tol = 4 * eps
+    if max_iter is None:
+        max_iter = 200
+    T = jnp.asarray(T, dtype)
+    shape = jnp.broadcast_shapes(z.shape, keep.shape, T.shape[:-1] + (z.shape[-1],) if T.ndim else z.shape)
+    z = jnp.broadcast_to(z, shape)
+    keep = jnp.broadcast_to(keep, shape)
+    n = jnp.sum(keep, -1, keepdims=True).astype(dtype)
+    zmax = _row_max(z, keep)
+    lo = zmax
+    hi = zmax - T * entropy.G_shifted(1.0 / n)
+    hi = jnp.maximum(hi, lo)
+    nu = lo if nu0 is None else jnp.clip(nu0, lo, hi)
+    is_abe = isinstance(entropy, Abe)
+
+    def evaluate(nu, aux):
+        y = jnp.where(keep, (z - nu) / T, 0.0)
+        if is_abe:
+            rho, slope, aux, inner = _abe_component(entropy, y, aux)
+            inner = jnp.max(jnp.where(keep, inner, 0.0), -1, keepdims=True)
+        else:
+            rho, slope = entropy.inverse_shifted(y)
+            inner = jnp.zeros_like(nu)
+        rho = jnp.where(keep, rho, 0.0)
+        slope = jnp.where(keep, slope, 0.0)
+        return rho, slope, aux, inner
+
+    aux0 = jnp.where(keep, jnp.minimum((z - nu) / T, 0.0), 0.0) if is_abe else jnp.zeros((), dtype)
+    rho0, slope0, aux0, _ = evaluate(nu, aux0)
+    state = _RootState(
+        jnp.array(0), nu, lo, hi, rho0, slope0, aux0, jnp.zeros(nu.shape, bool)
+    )
+
+    def cond(s):
+        return (s.it < max_iter) & ~jnp.all(s.done)
+
+    def body(s):
+        total = jnp.sum(s.rho, -1, keepdims=True)
+        h = jnp.log(total)
+        dh = -jnp.sum(s.slope, -1, keepdims=True) / (T * total)
+        lo = jnp.where(h >= 0, s.nu, s.lo)
+        hi = jnp.where(h <= 0, s.nu, s.hi)
+        newton = s.nu - h / jnp.where(dh < 0, dh, -1.0)
+        inside = (newton > lo) & (newton < hi) & jnp.isfinite(newton)
+        nu_new = jnp.where(inside, newton, 0.5 * (lo + hi))
+        small_step = jnp.abs(nu_new - s.nu) <= 4 * eps * (jnp.abs(s.nu) + T)
+        nu_new = jnp.where(s.done, s.nu, nu_new)
+        rho, slope, aux, inner = evaluate(nu_new, s.aux)
+        total = jnp.sum(rho, -1, keepdims=True)
+        inner_ok = inner <= 1e3 * eps
+        done = s.done | ((jnp.abs(jnp.log(total)) <= tol) & inner_ok) | (small_step & inner_ok)
+        keep_old = s.done
+        return _RootState(
+            s.it + 1,
+            nu_new,
+            lo,
+            hi,
+            jnp.where(keep_old, s.rho, rho),
+            jnp.where(keep_old, s.slope, slope),
+            aux if not is_abe else jnp.where(keep_old, s.aux, aux),
+            done,
+        )
+
+    # the initial point may already be the root (N = 1, a single unmasked key)
+    total0 = jnp.sum(rho0, -1, keepdims=True)
+    state = state._replace(done=(jnp.abs(jnp.log(total0)) <= tol) & (hi <= lo))
+    out = jax.lax.while_loop(cond, body, state)
+    return out.rho, out.nu, out.slope
+
+
+def _softmax(z, keep, T):
+    x = jnp.where(keep, z / T, -jnp.inf)
+    m = jnp.max(x, -1, keepdims=True)
+    e = jnp.where(keep, jnp.exp(x - m), 0.0)
+    return e / jnp.sum(e, -1, keepdims=True)
+
+
+# --------------------------------------------------------------------------- Renyi / Sharma-Mittal
+
+
+def _log_moment(q, rho, active):
+    safe = jnp.where(active, rho, 1.0)
+    return jnp.log(jnp.sum(jnp.where(active, jnp.exp(q * jnp.log(safe)), 0.0), -1, keepdims=True))
+
+
+def _consistency(entropy, ts, z, keep, T, logM, nu0=None):
+    """Tsallis solve at T_eff(M) and the residual log M_q(rho) - log M (plus d/dlogM)."""
+    q = entropy.q
+    M = jnp.exp(logM)
+    t = T * entropy.temperature_factor(M)
+    rho, nu, slope = _solve_separable(ts, z, keep, t, nu0)
+    active = rho > 0
+    lm = _log_moment(q, rho, active)
+    r = lm - logM
+    # d rho/dt = (slope/t)(ybar - y), y = (z - nu)/t ; dt/dlogM = t * dlog(phi)/dlogM
+    y = jnp.where(active, (z - nu) / t, 0.0)
+    ssum = jnp.sum(slope, -1, keepdims=True)
+    ybar = jnp.sum(slope * y, -1, keepdims=True) / jnp.where(ssum > 0, ssum, 1.0)
+    drho_dt = slope / t * (ybar - y)
+    safe = jnp.where(active, rho, 1.0)
+    w = jnp.where(active, q * jnp.exp((q - 1) * jnp.log(safe)), 0.0)
+    dlm_dt = jnp.sum(w * drho_dt, -1, keepdims=True) / jnp.exp(lm)
+    dlogphi = jax.grad(lambda lm_: jnp.log(entropy.temperature_factor(jnp.exp(lm_))))
+    dlogphi_dlogM = jnp.vectorize(dlogphi)(logM)
+    dr = dlm_dt * t * dlogphi_dlogM - 1.0
+    return rho, nu, r, dr, t
+
+
+def _free_energy_rows(entropy, rho, z, keep, T):
+    return -jnp.sum(jnp.where(keep, rho * z, 0.0), -1, keepdims=True) - T * entropy.value(
+        rho, keep
+    )[..., None]
+
+
+def _logM_range(entropy, keep, dtype):
+    n = jnp.sum(keep, -1, keepdims=True).astype(dtype)
+    end = (1 - entropy.q) * jnp.log(n)
+    return jnp.minimum(end, 0.0), jnp.maximum(end, 0.0)
+
+
+def _scan_consistency(entropy, z, keep, T, n_grid):
+    """Residual of the self-consistency on a grid in log M spanning its whole range."""
+    ts = entropy.tsallis()
+    a, b = _logM_range(entropy, keep, z.dtype)
+    u = jnp.linspace(0.0, 1.0, n_grid, dtype=z.dtype).reshape((n_grid,) + (1,) * z.ndim)
+    logM = a + (b - a) * u  # (K, ..., 1)
+    rho, nu, r, _, t = _consistency(entropy, ts, z[None], keep[None], T, logM)
+    return logM, rho, nu, r
+
+
+def _solve_tsallis_shaped(entropy, z, keep, T, n_grid=24, n_candidates=2):
+    logM, rho_g, nu_g, r = _scan_consistency(entropy, z, keep, T, n_grid)
+    # Candidate brackets: downward crossings (stable branches). Rank them by the free
+    # energy of the grid-point profiles at their ends: F(rho_t) + T[Psi(M_t) - Psi(a) -
+    # Psi'(a)(M_t - a)] is the exact dual value (equals F at a root).
+    down = (r[:-1] >= 0) & (r[1:] <= 0)
+    F_grid = _free_energy_rows(entropy, rho_g, z[None], keep[None], T)
+    score = jnp.minimum(F_grid[:-1], F_grid[1:])
+    score = jnp.where(down, score, jnp.inf)
+    order = jnp.argsort(score[..., 0], axis=0)[:n_candidates]  # (C, ...)
+    order = order[..., None]
+    a = jnp.take_along_axis(logM[:-1] * jnp.ones_like(r[:-1]), order, 0)
+    b = jnp.take_along_axis(logM[1:] * jnp.ones_like(r[1:]), order, 0)
+    valid = jnp.take_along_axis(down, order, 0)
+    nu0 = jnp.take_along_axis(nu_g[:-1], order, 0)
+    # Invalid candidates (fewer crossings than n_candidates) repeat the best one.
+    a = jnp.where(valid, a, a[:1])
+    b = jnp.where(valid, b, b[:1])
+    nu0 = jnp.where(valid, nu0, nu0[:1])
+    C = a.shape[0]
+    zc = jnp.broadcast_to(z, (C,) + z.shape)
+    kc = jnp.broadcast_to(keep, (C,) + keep.shape)
+    rho_c, x_c = _refine_any(entropy, zc, kc, T, a, b, jnp.ones(a.shape, bool), nu0)
+    F_c = _free_energy_rows(entropy, rho_c, zc, kc, T)
+    best = jnp.argmin(F_c[..., 0], axis=0)[None, ..., None]
+    rho = jnp.take_along_axis(rho_c, best, 0)[0]
+    logM_star = jnp.take_along_axis(x_c, best, 0)[0]
+    return rho, logM_star
+
+
+# --------------------------------------------------------------------------- the operator
+
+
+class StationaryInfo(NamedTuple):
+    """The stationary profile with its multiplier data.
+
+    `nu` is the normalization shift in the solver's gauge (Renyi/S-M: of the Tsallis map
+    at `T_eff`), `T_eff` the realized temperature (T for fixed-scale families).
+    """
+
+    rho: jax.Array
+    T_eff: jax.Array
+
+
+def _solve(entropy, z, keep, T):
+    if isinstance(entropy, Shannon):
+        return _softmax(z, keep, T), T * jnp.ones_like(z[..., :1])
+    if isinstance(entropy, AbstractSeparableEntropy):
+        rho, _, _ = _solve_separable(entropy, z, keep, T)
+        return rho, T * jnp.ones_like(z[..., :1])
+    if isinstance(entropy, AbstractTsallisShapedEntropy):
+        rho, logM = _solve_tsallis_shaped(entropy, z, keep, T)
+        return rho, T * entropy.temperature_factor(jnp.exp(logM))
+    raise TypeError(f"no stationary map for {type(entropy).__name__}")
+
+
+@eqx.filter_custom_jvp
+def _stationary_core(entropy, z, keep, T):
+    rho, _ = _solve(entropy, z, keep, T)
+    return rho
+
+
+def _separable_tangent(entropy, rho, keep, T, t_z, t_T, t_entropy):
+    active = keep & (rho > 0)
+    c = _slope(entropy, rho, active) / T
+    zeta = jnp.zeros_like(rho) if t_z is None else jnp.where(keep, t_z, 0.0)
+    y = _shifted_G(entropy, rho, active)
+    if t_T is not None:
+        zeta = zeta - y * t_T
+    dG = _param_jvp(lambda e: _shifted_G(e, rho, active), entropy, t_entropy)
+    if dG is not None:
+        zeta = zeta - T * dG
+    return _project(c, zeta)
+
+
+def _tsallis_shaped_tangent(entropy, rho, keep, T, t_z, t_T, t_entropy):
+    q = entropy.q
+    ts = entropy.tsallis()
+    active = keep & (rho > 0)
+    logM = _log_moment(q, rho, active)
+    M = jnp.exp(logM)
+    t = T * entropy.temperature_factor(M)
+    c = _slope(ts, rho, active) / t
+    y = _shifted_G(ts, rho, active)
+    zeta = jnp.zeros_like(rho) if t_z is None else jnp.where(keep, t_z, 0.0)
+    dG = _param_jvp(lambda e: _shifted_G(e.tsallis(), rho, active), entropy, t_entropy)
+    if dG is not None:
+        zeta = zeta - t * dG
+    # direct change of T_eff at fixed M
+    t_dot0 = jnp.zeros_like(M) if t_T is None else t_T * entropy.temperature_factor(M)
+    dphi = _param_jvp(lambda e: e.temperature_factor(M), entropy, t_entropy)
+    if dphi is not None:
+        t_dot0 = t_dot0 + T * dphi
+    Py = _project(c, y)
+    A = _project(c, zeta) - Py * t_dot0
+    dphi_dM = jnp.vectorize(jax.grad(lambda m: entropy.temperature_factor(m)))(M)
+    B = -Py * T * dphi_dM
+    safe = jnp.where(active, rho, 1.0)
+    w = jnp.where(active, q * jnp.exp((q - 1) * jnp.log(safe)), 0.0)
+    m_q = _param_jvp(lambda e: jnp.exp(_log_moment(e.q, rho, active)), entropy, t_entropy)
+    num = jnp.sum(w * A, -1, keepdims=True)
+    if m_q is not None:
+        num = num + m_q
+    M_dot = num / (1.0 - jnp.sum(w * B, -1, keepdims=True))
+    return A + B * M_dot
+
+
+@_stationary_core.def_jvp
+def _stationary_core_jvp(primals, tangents):
+    entropy, z, keep, T = primals
+    t_entropy, t_z, _, t_T = tangents
+    rho = _stationary_core(entropy, z, keep, T)
+    if t_T is not None:
+        t_T = jnp.broadcast_to(t_T, T.shape)
+    if isinstance(entropy, AbstractTsallisShapedEntropy):
+        t_rho = _tsallis_shaped_tangent(entropy, rho, keep, T, t_z, t_T, t_entropy)
+    else:
+        t_rho = _separable_tangent(entropy, rho, keep, T, t_z, t_T, t_entropy)
+    return rho, t_rho
+
+
+def stationary(entropy: AbstractEntropy, scores, T=1.0, *, mask=None, axis: int = -1):
+    """The fixed-temperature stationary attention map of an entropy family.
+
+    Solves $T G(\\rho_i) = z_i + \\lambda$ on the support, $\\sum_i\\rho_i = 1$ (MATH.md §2),
+    batched over every axis but `axis`; jit/vmap/grad compatible with the exact Jacobian of
+    MATH.md §3 as a custom JVP.
+
+    **Arguments:**
+    - `entropy`: an entropy family, e.g. `Kaniadakis(0.3)`.
+    - `scores`: the scores $z$ (float32/float64), any batch shape.
+    - `T`: temperature > 0, a scalar or an array over the batch shape.
+    - `mask`: boolean, True = keep; masked entries (and `-inf` scores) get exactly zero
+      weight and zero gradient; an all-masked row returns zeros.
+    - `axis`: the key axis.
+
+    **Returns:** $\\rho$ with the shape of `scores`. Renyi / Sharma-Mittal return the
+    self-consistent branch of least free energy (see `stationary_branches`).
+    """
+    _check_entropy(entropy)
+    z, keep, T, empty = _prepare(scores, T, mask, axis)
+    rho = _stationary_core(entropy, z, keep, T)
+    rho = jnp.where(empty | ~keep, 0.0, rho)
+    return jnp.moveaxis(rho, -1, axis)
+
+
+def stationary_info(entropy: AbstractEntropy, scores, T=1.0, *, mask=None) -> StationaryInfo:
+    """`stationary` plus the realized temperature `T_eff` (last axis = keys; no gradient)."""
+    _check_entropy(entropy)
+    z, keep, T, empty = _prepare(scores, T, mask, -1)
+    rho, T_eff = _solve(entropy, z, keep, T)
+    return StationaryInfo(jnp.where(empty | ~keep, 0.0, rho), T_eff[..., 0])
+
+
+def stationary_jacobian(entropy: AbstractEntropy, scores, T=1.0, *, mask=None):
+    """The exact Jacobian $J = \\partial\\rho/\\partial z$ from the closed form of MATH.md §3.
+
+    Separable: $J = \\mathrm{diag}(c) - c c^T/\\sum c$, $c_i = 1/(T G'(\\rho_i))$ on the support.
+    Renyi / Sharma-Mittal: the same at $T_{eff}$ plus the symmetric rank-one correction from
+    $dM = q\\sum\\rho^{q-1}d\\rho$ through $T_{eff}(M)$. Last axis = keys; returns (..., N, N).
+    """
+    _check_entropy(entropy)
+    z, keep, T, empty = _prepare(scores, T, mask, -1)
+    rho = jax.lax.stop_gradient(_stationary_core(entropy, z, keep, T))
+    active = keep & (rho > 0) & ~empty
+    if isinstance(entropy, AbstractTsallisShapedEntropy):
+        q = entropy.q
+        ts = entropy.tsallis()
+        M = jnp.exp(_log_moment(q, rho, active))
+        t = T * entropy.temperature_factor(M)
+        c = _slope(ts, rho, active) / t
+    else:
+        c = _slope(entropy, rho, active) / T
+    sc = jnp.sum(c, -1, keepdims=True)
+    sc = jnp.where(sc > 0, sc, 1.0)
+    J = jnp.vectorize(jnp.diag, signature="(n)->(n,n)")(c) - c[..., :, None] * c[..., None, :] / sc[
+        ..., None
+    ]
+    if isinstance(entropy, AbstractTsallisShapedEntropy):
+        y = _shifted_G(ts, rho, active)
+        Py = _project(c, y)
+        dphi_dM = jnp.vectorize(jax.grad(lambda m: entropy.temperature_factor(m)))(M)
+        B = -Py * T * dphi_dM
+        safe = jnp.where(active, rho, 1.0)
+        w = jnp.where(active, q * jnp.exp((q - 1) * jnp.log(safe)), 0.0)
+        wJ = jnp.einsum("...i,...ij->...j", w, J)
+        denom = 1.0 - jnp.sum(w * B, -1, keepdims=True)
+        J = J + B[..., :, None] * (wJ / denom)[..., None, :]
+    return J
+
+
+def free_energy(entropy: AbstractEntropy, rho, scores, T=1.0, *, mask=None):
+    """$F(\\rho) = \\sum_i \\rho_i E_i - T S(\\rho)$ with $E_i = -z_i$ (last axis = keys)."""
+    _check_entropy(entropy)
+    rho = jnp.asarray(rho)
+    z = jnp.asarray(scores, dtype=rho.dtype)
+    keep = jnp.ones(z.shape, bool) if mask is None else jnp.asarray(mask)
+    keep = keep & jnp.isfinite(z)
+    energy = -jnp.sum(jnp.where(keep, rho * jnp.where(keep, z, 0.0), 0.0), -1)
+    return energy - jnp.asarray(T) * entropy.value(rho, keep)
+
+
+# --------------------------------------------------------------------------- all branches
+
+
+class Branches(eqx.Module):
+    """Every self-consistent solution of a Renyi / Sharma-Mittal map (fixed-size, padded).
+
+    `valid[k]` marks real branches; `rho[k]`, `M[k]` (the moment $M_q$), `T_eff[k]`,
+    `free_energy[k]` and `stable[k]` (a minimum of the dual in M, i.e. a downward crossing
+    of the consistency residual: the branches the damped dynamics can settle on).
+    """
+
+    rho: jax.Array
+    M: jax.Array
+    T_eff: jax.Array
+    free_energy: jax.Array
+    stable: jax.Array
+    valid: jax.Array
+
+    @property
+    def count(self):
+        return jnp.sum(self.valid, -1)
+
+
+def stationary_branches(entropy: AbstractEntropy, scores, T=1.0, *, mask=None, n_grid=512):
+    """Every self-consistent solution of the fixed-T map, each with its M and free energy.
+
+    The consistency equation $M = M_q(\\mathrm{Tsallis}(z, T\\phi(M)))$ is scanned over its
+    whole range $M \\in [N^{1-q}, 1]$ (or $[1, N^{1-q}]$ for q < 1) on `n_grid` points in
+    log M, every sign change is bracketed and polished. For fixed-scale families there is
+    exactly one branch. One score vector (last axis); output padded to `n_grid - 1` slots.
+    """
+    _check_entropy(entropy)
+    z, keep, T, empty = _prepare(scores, T, mask, -1)
+    if z.ndim != 1:
+        raise ValueError("stationary_branches takes one score vector (shape (N,))")
+    if not isinstance(entropy, AbstractTsallisShapedEntropy):
+        rho, T_eff = _solve(entropy, z, keep, T)
+        F = free_energy(entropy, rho, z, T, mask=keep)
+        M = jnp.sum(rho**2)
+        return Branches(
+            rho[None], M[None], T_eff, F[None], jnp.array([True]), jnp.array([True])
+        )
+    logM, rho_g, nu_g, r = _scan_consistency(entropy, z, keep, T, n_grid)
+    r = r[..., 0]
+    sign_change = ((r[:-1] > 0) & (r[1:] <= 0)) | ((r[:-1] < 0) & (r[1:] >= 0))
+    down = r[:-1] > 0
+    a = jnp.where(down, logM[:-1, 0], logM[1:, 0])  # orient so r(a) >= 0 >= r(b)
+    b = jnp.where(down, logM[1:, 0], logM[:-1, 0])
+    K1 = n_grid - 1
+    lo = jnp.minimum(a, b)[:, None]
+    hi = jnp.maximum(a, b)[:, None]
+    rho_c, x_c = _refine_any(entropy, jnp.broadcast_to(z, (K1,) + z.shape),
+                             jnp.broadcast_to(keep, (K1,) + keep.shape), T, lo, hi,
+                             down[:, None], nu_g[:-1])
+    F = free_energy(entropy, rho_c, jnp.broadcast_to(z, rho_c.shape), T, mask=keep)
+    M = jnp.exp(x_c[:, 0])
+    T_eff = T * entropy.temperature_factor(M)
+    return Branches(rho_c, M, T_eff, F, down & sign_change, sign_change)
+
+
+def _refine_any(entropy, z, keep, T, lo, hi, down, nu0, max_iter=200):
+    """Bracketed Newton for a root of r in [lo, hi], r changing sign (either direction)."""
+    ts = entropy.tsallis()
+    eps = jnp.finfo(z.dtype).eps
+    sgn = jnp.where(down, 1.0, -1.0)  # sgn * r is + at lo and - at hi
+    x0 = 0.5 * (lo + hi)
+    rho, nu, r, dr, t = _consistency(entropy, ts, z, keep, T, x0, nu0)
+
+    def cond(s):
+        return (s[0] < max_iter) & ~jnp.all(s[-1])
+
+    def body(s):
+        it, x, lo, hi, nu, r, dr, rho, done = s
+        sr = sgn * r
+        lo = jnp.where(sr >= 0, x, lo)
+        hi = jnp.where(sr <= 0, x, hi)
+        newton = x - r / jnp.where(dr != 0, dr, 1.0)
+        inside = (newton > lo) & (newton < hi) & jnp.isfinite(newton)
+        x_new = jnp.where(inside, newton, 0.5 * (lo + hi))
+        small = jnp.abs(x_new - x) <= 8 * eps * (1 + jnp.abs(x))
+        x_new = jnp.where(done, x, x_new)
+        rho_n, nu_n, r_n, dr_n, _ = _consistency(entropy, ts, z, keep, T, x_new, nu)
+        done_n = done | (jnp.abs(r_n) <= 64 * eps) | small
+        pick = lambda new, old: jnp.where(done, old, new)  # noqa: E731
+        return (it + 1, x_new, lo, hi, pick(nu_n, nu), pick(r_n, r), pick(dr_n, dr),
+                pick(rho_n, rho), done_n)
+
+    s = (jnp.array(0), x0, lo, hi, nu, r, dr, rho, jnp.abs(r) <= 64 * eps)
+    out = jax.lax.while_loop(cond, body, s)
+    return out[7], out[1]
