@@ -24,3 +24,47 @@ from ._stationary import (
 )
 
 __version__ = "0.1.0"
+from ._simulate import (
+    RESULTS as RESULTS,
+    RelaxSolution as RelaxSolution,
+    Trajectory as Trajectory,
+    relax as relax,
+    simulate as simulate,
+)
+from ._spectrum import (
+    CRITICAL as CRITICAL,
+    OVERDAMPED as OVERDAMPED,
+    UNDERDAMPED as UNDERDAMPED,
+    RelaxationSpectrum as RelaxationSpectrum,
+    relaxation_spectrum as relaxation_spectrum,
+)
+from ._attention import (
+    attention as attention,
+    attention_weights as attention_weights,
+)
+from ._looped import (
+    LoopedConfig as LoopedConfig,
+    LoopedPaths as LoopedPaths,
+    LoopedTransformer as LoopedTransformer,
+    RecallBatch as RecallBatch,
+    TrainedLooped as TrainedLooped,
+    default_cache_dir as default_cache_dir,
+    evaluate_looped as evaluate_looped,
+    extract_paths as extract_paths,
+    init_looped as init_looped,
+    recall_task as recall_task,
+    train_looped as train_looped,
+)
+from ._solve import (
+    StationarySolution as StationarySolution,
+    solve_stationary as solve_stationary,
+)
+from ._tangent import (
+    TangentTest as TangentTest,
+    tangent_test as tangent_test,
+)
+from ._abe import (
+    AbeExpansion as AbeExpansion,
+    abe_expansion as abe_expansion,
+    abe_series as abe_series,
+)

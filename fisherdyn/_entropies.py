@@ -191,8 +191,12 @@ class Tsallis(AbstractSeparableEntropy):
         base = 1.0 + (q - 1) * y / q
         active = base > 0
         base_safe = jnp.where(active, base, 1.0)
-        x = jnp.where(active, jnp.exp(jnp.log1p((q - 1) * y / q) / (q - 1)), 0.0)
-        x = jnp.where(active, x, 0.0)
+        p = _concrete(1.0 / (q - 1)) if _concrete(q) is not None else None
+        if p is not None and p == round(p) and 1 <= p <= 4:
+            # integer exponent (q = 2, 3/2, 4/3, 5/4): a few multiplies instead of exp/log
+            x = jnp.where(active, base, 0.0) ** int(round(p))
+        else:
+            x = jnp.where(active, jnp.exp(jnp.log1p((q - 1) * y / q) / (q - 1)), 0.0)
         slope = jnp.where(active, x / (q * base_safe), 0.0)
         return x, slope
 

@@ -30,6 +30,7 @@ import jax.tree_util as jtu
 
 from ._entropies import (
     AbstractEntropy,
+    Burg,
     AbstractSeparableEntropy,
     AbstractTsallisShapedEntropy,
     Abe,
@@ -71,8 +72,7 @@ def _prepare(scores, T, mask, axis):
         if keep.dtype != bool:
             raise TypeError(f"mask must be boolean (True = keep), got dtype {keep.dtype}")
         keep = jnp.moveaxis(jnp.broadcast_to(keep, jnp.moveaxis(z, -1, axis).shape), axis, -1)
-    z = eqx.error_if(z, jnp.any(jnp.isnan(z)), "scores contain NaN")
-    z = eqx.error_if(z, jnp.any(z == jnp.inf), "scores contain +inf")
+    z = eqx.error_if(z, jnp.any(jnp.isnan(z) | (z == jnp.inf)), "scores contain NaN or +inf")
     keep = keep & (z > -jnp.inf)  # -inf behaves like a masked entry
     T = jnp.asarray(T, dtype=z.dtype)
     T = eqx.error_if(T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)), "T must be finite and > 0")
@@ -149,52 +149,86 @@ def _add(a, b):
 class _RootState(NamedTuple):
     it: jax.Array
     nu: jax.Array
+    h: jax.Array
+    dh: jax.Array
     lo: jax.Array
+    h_lo: jax.Array
     hi: jax.Array
-    rho: jax.Array
-    slope: jax.Array
+    h_hi: jax.Array
+    side: jax.Array
     aux: jax.Array
+    inner: jax.Array
     done: jax.Array
 
 
-def _abe_component(entropy, y, log, steps=2):
-    """A few warm-started Newton steps of the Abe inversion in l = ln x (asinh form)."""
+def _abe_component(entropy, y, log, steps=3):
+    """Abe inversion $G(e^l) = 1 + y$ per component: `steps` Newton steps in l on the asinh
+    form (nearly linear in both the Shannon core and the algebraic tails), warm-started from
+    `log`. Returns (x, slope, log, relative residual)."""
     target = jnp.arcsinh(1.0 + y)
 
     def step(_, log):
         A, dA = entropy.asinh_G_of_log(log)
         return jnp.minimum(log - jnp.clip((A - target) / dA, -30.0, 30.0), 1.0)
 
-    log = jax.lax.fori_loop(0, steps, step, log)
+    log = jax.lax.fori_loop(0, steps, step, log, unroll=True)
     A, dA = entropy.asinh_G_of_log(log)
     x = jnp.exp(log)
     slope = x / (dA * jnp.sqrt(1 + (1.0 + y) ** 2))
-    return x, slope, log, jnp.abs(A - target)
+    return x, slope, log, jnp.abs(A - target) / (1 + jnp.abs(target))
+
+
+def _normalization_power(entropy):
+    """Box-Cox power lam: the solver zeroes $h = (S^{lam} - 1)/lam$ ($\log S$ at lam = 0),
+    $S(\nu) = \sum_i\rho_i(\nu)$. The power makes h exactly linear in nu when one key is
+    active (Shannon: log; Tsallis: q - 1; Burg: -1), so Newton needs few steps; for
+    Tsallis 1 < q <= 2, $S^{q-1} = \|(1 + a(z-\nu))_+\|_p$ is convex in nu and Newton from
+    the left bracket end is monotone."""
+    if isinstance(entropy, Tsallis):
+        return jnp.minimum(entropy.q - 1, 1.0)
+    if isinstance(entropy, Burg):
+        return -1.0
+    return 0.0
+
+
+def _boxcox(S, dS, lam):
+    lam = jnp.asarray(lam, S.dtype)
+    lam_safe = jnp.where(lam == 0, 1.0, lam)
+    logS = jnp.log(S)
+    h = jnp.where(lam == 0, logS, jnp.expm1(lam * logS) / lam_safe)
+    dh = jnp.exp((lam - 1) * logS) * dS
+    return h, dh
 
 
 def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None):
-    """Solve $\\hat G(\\rho_i) = (z_i - \\nu)/T$, $\\sum\\rho = 1$ for every row.
+    """Solve $\hat G(\rho_i) = (z_i - \nu)/T$, $\sum\rho = 1$ for every row.
 
-    Returns (rho, nu, slope) with `slope = d rho/d y` on the support.
+    Bracketed Newton on a Box-Cox transform of $S(\nu) = \sum\rho(\nu)$, with an Illinois
+    (modified regula falsi) step whenever Newton leaves the bracket; Tsallis q > 2 uses
+    Illinois only (its keys enter the support with infinite slope, which stalls Newton).
+    The loop carries one scalar per row, so each iteration is one fused pass over the
+    scores. Returns (rho, nu, slope) with `slope = d rho/d y` on the support.
     """
     dtype = z.dtype
     eps = jnp.finfo(dtype).eps
     tol = 4 * eps
+    inner_tol = 16 * eps
     if max_iter is None:
         max_iter = 200
     T = jnp.asarray(T, dtype)
-    shape = jnp.broadcast_shapes(z.shape, keep.shape, T.shape[:-1] + (z.shape[-1],) if T.ndim else z.shape)
-    z = jnp.broadcast_to(z, shape)
-    keep = jnp.broadcast_to(keep, shape)
+    row_shape = jnp.broadcast_shapes(z.shape[:-1] + (1,), keep.shape[:-1] + (1,), T.shape if T.ndim else ())
+    z = jnp.broadcast_to(z, row_shape[:-1] + z.shape[-1:])
+    keep = jnp.broadcast_to(keep, z.shape)
     n = jnp.sum(keep, -1, keepdims=True).astype(dtype)
     zmax = _row_max(z, keep)
     lo = zmax
-    hi = zmax - T * entropy.G_shifted(1.0 / n)
-    hi = jnp.maximum(hi, lo)
-    nu = lo if nu0 is None else jnp.clip(nu0, lo, hi)
+    hi = jnp.maximum(zmax - T * entropy.G_shifted(1.0 / n), lo)
+    lam = _normalization_power(entropy)
     is_abe = isinstance(entropy, Abe)
+    newton_only_bad = isinstance(entropy, Tsallis)
+    use_newton = ~(entropy.q > 2) if newton_only_bad else True
 
-    def evaluate(nu, aux):
+    def components(nu, aux):
         y = jnp.where(keep, (z - nu) / T, 0.0)
         if is_abe:
             rho, slope, aux, inner = _abe_component(entropy, y, aux)
@@ -202,51 +236,67 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None):
         else:
             rho, slope = entropy.inverse_shifted(y)
             inner = jnp.zeros_like(nu)
-        rho = jnp.where(keep, rho, 0.0)
-        slope = jnp.where(keep, slope, 0.0)
-        return rho, slope, aux, inner
+        return jnp.where(keep, rho, 0.0), jnp.where(keep, slope, 0.0), aux, inner
 
+    def evaluate(nu, aux):
+        rho, slope, aux, inner = components(nu, aux)
+        S = jnp.sum(rho, -1, keepdims=True)
+        h, dh = _boxcox(S, -jnp.sum(slope, -1, keepdims=True) / T, lam)
+        return h, dh, aux, inner
+
+    nu = lo if nu0 is None else jnp.clip(jnp.broadcast_to(nu0, lo.shape), lo, hi)
     aux0 = jnp.where(keep, jnp.minimum((z - nu) / T, 0.0), 0.0) if is_abe else jnp.zeros((), dtype)
-    rho0, slope0, aux0, _ = evaluate(nu, aux0)
+    h, dh, aux, inner = evaluate(nu, aux0)
+    if newton_only_bad:
+        h_hi = jnp.where(use_newton, jnp.nan, jnp.minimum(evaluate(hi, aux0)[0], 0.0))
+    else:
+        h_hi = jnp.full_like(nu, jnp.nan)  # unknown until the iteration lands right of the root
+    done = ((jnp.abs(h) <= tol) | (hi <= lo)) & (inner <= inner_tol)
     state = _RootState(
-        jnp.array(0), nu, lo, hi, rho0, slope0, aux0, jnp.zeros(nu.shape, bool)
+        jnp.array(0), nu, h, dh, lo, jnp.full_like(nu, jnp.nan), hi, h_hi,
+        jnp.zeros(nu.shape, jnp.int8), aux, inner, done,
     )
 
     def cond(s):
         return (s.it < max_iter) & ~jnp.all(s.done)
 
     def body(s):
-        total = jnp.sum(s.rho, -1, keepdims=True)
-        h = jnp.log(total)
-        dh = -jnp.sum(s.slope, -1, keepdims=True) / (T * total)
-        lo = jnp.where(h >= 0, s.nu, s.lo)
-        hi = jnp.where(h <= 0, s.nu, s.hi)
-        newton = s.nu - h / jnp.where(dh < 0, dh, -1.0)
-        inside = (newton > lo) & (newton < hi) & jnp.isfinite(newton)
-        nu_new = jnp.where(inside, newton, 0.5 * (lo + hi))
-        small_step = jnp.abs(nu_new - s.nu) <= 4 * eps * (jnp.abs(s.nu) + T)
+        # Bracket updates only trust h when the components are converged (Abe).
+        trusted = s.inner <= 1e3 * inner_tol
+        left = (s.h >= 0) & trusted
+        right = (s.h < 0) & trusted
+        lo = jnp.where(left, s.nu, s.lo)
+        h_lo = jnp.where(left, s.h, s.h_lo)
+        hi = jnp.where(right, s.nu, s.hi)
+        h_hi = jnp.where(right, s.h, s.h_hi)
+        # Illinois: the same end moved twice in a row -> halve the other end's value
+        side = jnp.where(left, 1, jnp.where(right, -1, 0)).astype(jnp.int8)
+        h_hi = jnp.where(left & (s.side == 1), 0.5 * h_hi, h_hi)
+        h_lo = jnp.where(right & (s.side == -1), 0.5 * h_lo, h_lo)
+        newton = s.nu - s.h / jnp.where(s.dh < 0, s.dh, -1.0)
+        ok_newton = use_newton & (newton >= lo) & (newton <= hi) & jnp.isfinite(newton)
+        denom = h_lo - h_hi
+        secant = lo + h_lo * (hi - lo) / jnp.where(denom > 0, denom, 1.0)
+        ok_secant = (denom > 0) & (secant >= lo) & (secant <= hi)
+        nu_new = jnp.where(ok_newton, newton, jnp.where(ok_secant, secant, 0.5 * (lo + hi)))
+        small = jnp.abs(nu_new - s.nu) <= 2 * eps * (jnp.abs(s.nu) + T)
         nu_new = jnp.where(s.done, s.nu, nu_new)
-        rho, slope, aux, inner = evaluate(nu_new, s.aux)
-        total = jnp.sum(rho, -1, keepdims=True)
-        inner_ok = inner <= 1e3 * eps
-        done = s.done | ((jnp.abs(jnp.log(total)) <= tol) & inner_ok) | (small_step & inner_ok)
-        keep_old = s.done
+        h, dh, aux, inner = evaluate(nu_new, s.aux)
+        inner_ok = inner <= inner_tol
+        # Stop at |h| ~ eps; or when nu no longer moves (float32, ill-conditioned Tsallis
+        # q > 2) provided h is already small or the bracket has collapsed to round-off.
+        collapsed = (hi - lo) <= 8 * eps * (jnp.abs(nu_new) + T)
+        settled = small & ((jnp.abs(h) <= jnp.sqrt(eps)) | collapsed)
+        done = s.done | (((jnp.abs(h) <= tol) | settled | collapsed) & inner_ok)
         return _RootState(
-            s.it + 1,
-            nu_new,
-            lo,
-            hi,
-            jnp.where(keep_old, s.rho, rho),
-            jnp.where(keep_old, s.slope, slope),
-            aux if not is_abe else jnp.where(keep_old, s.aux, aux),
-            done,
+            s.it + 1, nu_new, h, dh, lo, h_lo, hi, h_hi, side,
+            jnp.where(s.done, s.aux, aux) if is_abe else s.aux, inner, done,
         )
 
-    # the initial point may already be the root (N = 1, a single unmasked key)
-    total0 = jnp.sum(rho0, -1, keepdims=True)
-    state = state._replace(done=(jnp.abs(jnp.log(total0)) <= tol) & (hi <= lo))
     out = jax.lax.while_loop(cond, body, state)
-    return out.rho, out.nu, out.slope
+    _solve_separable.last_iterations = out.it
+    rho, slope, _, _ = components(out.nu, out.aux)
+    return rho, out.nu, slope
 
 
 def _softmax(z, keep, T):

@@ -1,0 +1,141 @@
+"""Linear response of the damped dynamics about a fixed point (MATH.md §6).
+
+Each tangent mode of the sphere equation obeys $m s^2 + \\gamma s + \\omega_k^2 = 0$, with
+$\\omega_k^2$ the eigenvalues of the tangent stiffness $K$ (`_dynamics.stiffness_matrix`):
+$P\\,T\\mathrm{diag}(\\rho^*G'(\\rho^*))P$ on a full support, plus the decoupled boundary modes
+$(g_i(0) - \\lambda^*)/2$ of the components a sparse (Tsallis / Renyi, q > 1) fixed point
+leaves at 0.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+from ._dynamics import stiffness_matrix, tangent_basis
+from ._entropies import AbstractEntropy
+
+__all__ = ["relaxation_spectrum", "RelaxationSpectrum", "UNDERDAMPED", "CRITICAL", "OVERDAMPED"]
+
+UNDERDAMPED, CRITICAL, OVERDAMPED = 0, 1, 2
+_REGIME_NAMES = ("under-damped", "critical", "over-damped")
+
+
+class RelaxationSpectrum(eqx.Module):
+    """Tangent modes of the linearized dynamics about a fixed point, softest first.
+
+    **Fields:**
+    - `omega2`: stiffnesses $\\omega_k^2$, shape (N-1,).
+    - `rates`: the roots $s_k$ of $m s^2 + \\gamma s + \\omega_k^2 = 0$, shape (N-1, 2),
+      complex; `rates[:, 0]` is the slower root (larger real part). For $m = 0$ the only
+      root is $-\\omega_k^2/\\gamma$ and `rates[:, 1]` is $-\\infty$.
+    - `regime`: per mode, `UNDERDAMPED` (0, $\\gamma^2 < 4m\\omega^2$), `CRITICAL` (1, equal to
+      `critical_rtol`) or `OVERDAMPED` (2).
+    - `boundary`: the mode lives on components off the support ($\\rho^*_i = 0$).
+    - `modes`: the mode shapes as tangent vectors of the sphere chart $x = \\sqrt\\rho$, (N, N-1).
+    - `rho`, `lam`: the fixed point and its multiplier.
+    """
+
+    omega2: Array
+    rates: Array
+    regime: Array
+    boundary: Array
+    modes: Array
+    rho: Array
+    lam: Array
+
+    @property
+    def decay_rates(self):
+        """$-\\mathrm{Re}\\,s_k$ of the slower root: the asymptotic decay of each mode."""
+        return -jnp.real(self.rates[..., 0])
+
+    @property
+    def slowest_rate(self):
+        """The asymptotic relaxation rate of the whole state: $\\min_k -\\mathrm{Re}\\,s_k$."""
+        return jnp.min(self.decay_rates, -1)
+
+    @property
+    def frequencies(self):
+        """$|\\mathrm{Im}\\,s_k|$: the damped oscillation frequency of each mode."""
+        return jnp.abs(jnp.imag(self.rates[..., 0]))
+
+    @property
+    def regime_names(self):
+        return [_REGIME_NAMES[int(r)] for r in np.asarray(self.regime).ravel()]
+
+
+def _single(entropy, rho, z, T, mass, damping, critical_rtol):
+    K, x, lam, active = stiffness_matrix(entropy, rho, z, T)
+    Q = tangent_basis(x)
+    w, V = jnp.linalg.eigh(Q.T @ K @ Q)
+    modes = Q @ V
+    boundary = jnp.sum(jnp.where(active[:, None], 0.0, modes**2), 0) > 0.5
+    disc = damping**2 - 4 * mass * w
+    root = jnp.sqrt(jnp.abs(disc))
+    inertial = mass > 0
+    m_safe = jnp.where(inertial, mass, 1.0)
+    re_slow = jnp.where(inertial, (-damping + jnp.where(disc > 0, root, 0.0)) / (2 * m_safe), -w / damping)
+    re_fast = jnp.where(inertial, (-damping - jnp.where(disc > 0, root, 0.0)) / (2 * m_safe), -jnp.inf)
+    im = jnp.where(inertial & (disc < 0), root / (2 * m_safe), 0.0)
+    rates = jnp.stack([jax.lax.complex(re_slow, im), jax.lax.complex(re_fast, -im)], -1)
+    crit = jnp.abs(disc) <= critical_rtol * (damping**2 + 4 * mass * jnp.abs(w))
+    regime = jnp.where(crit, CRITICAL, jnp.where(disc < 0, UNDERDAMPED, OVERDAMPED))
+    return RelaxationSpectrum(w, rates, regime, boundary, modes, rho, lam)
+
+
+def relaxation_spectrum(
+    entropy: AbstractEntropy,
+    scores,
+    T=1.0,
+    *,
+    mass,
+    damping,
+    rho=None,
+    critical_rtol=1e-6,
+) -> RelaxationSpectrum:
+    """Stiffnesses and complex rates of the tangent modes about a fixed point (MATH.md §6).
+
+    Linearizes the sphere equation $4m\\ddot x = 2x(\\lambda - g) - 4\\gamma\\dot x$ at
+    $x^* = \\sqrt{\\rho^*}$: $m\\ddot\\delta + \\gamma\\dot\\delta + K\\delta = 0$ on the tangent
+    space, so each mode has $m s^2 + \\gamma s + \\omega_k^2 = 0$. For Shannon every
+    $\\omega_k^2 = T$ (critical damping at $\\gamma^2 = 4mT$). Components a sparse fixed point
+    leaves at 0 contribute boundary modes $\\omega^2 = (E_i - \\lambda^*)/2$.
+
+    **Arguments:**
+    - `entropy`, `scores` (N,), `T`: the problem; `mass` $\\ge 0$ and `damping` $\\ge 0$
+      (> 0 when m = 0).
+    - `rho`: the fixed point; default `fisherdyn.stationary(entropy, scores, T)` (for Renyi /
+      Sharma-Mittal that is the least-free-energy branch: pass another branch explicitly).
+    - `critical_rtol`: relative band of $|\\gamma^2 - 4m\\omega^2|$ called critical.
+
+    **Returns:** a `RelaxationSpectrum`. Scores with leading batch axes are mapped over.
+    """
+    if not isinstance(entropy, AbstractEntropy):
+        raise TypeError(f"expected a fisherdyn entropy (e.g. Shannon()), got {entropy!r}")
+    z = jnp.asarray(scores)
+    z = z if jnp.issubdtype(z.dtype, jnp.floating) else z.astype(jnp.result_type(float))
+    if z.ndim == 0 or z.shape[-1] < 2:
+        raise ValueError("relaxation_spectrum needs scores with at least 2 keys")
+    if rho is None:
+        from ._stationary import stationary
+
+        rho = stationary(entropy, z, T)
+    rho = jnp.asarray(rho, z.dtype)
+    dtype = z.dtype
+    T, mass, damping = (jnp.asarray(v, dtype) for v in (T, mass, damping))
+    fn = _single
+    for _ in range(jnp.broadcast_shapes(z.shape, rho.shape).__len__() - 1):
+        fn = jax.vmap(fn, in_axes=(None, 0, 0, None, None, None, None))
+    batch = jnp.broadcast_shapes(z.shape, rho.shape)
+    return fn(
+        entropy,
+        jnp.broadcast_to(rho, batch),
+        jnp.broadcast_to(z, batch),
+        T,
+        mass,
+        damping,
+        jnp.asarray(critical_rtol, dtype),
+    )

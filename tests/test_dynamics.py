@@ -1,0 +1,365 @@
+"""The damped Fisher-Lagrangian dynamics (MATH.md §6) against independent references.
+
+References, none sharing code with `fisherdyn`'s dynamics:
+- the equations of motion in simplex coordinates, written out again here from MATH.md §6
+  with each family's $h = dS/d\\rho$ typed in from MATH.md §2, integrated by
+  `scipy.integrate.solve_ivp` (DOP853, rtol 1e-12);
+- conservation laws: $H$ constant at $\\gamma = 0$, $dH/dt = -\\gamma\\sum\\dot\\rho^2/\\rho$
+  (integrated by scipy's cumulative Simpson rule), $\\sum\\rho = 1$;
+- the stationary operators: `fisherdyn.stationary` and the direct root solver
+  `fisherdyn.solve_stationary(method="scipy")` (scipy brentq), `stationary_branches`;
+- closed forms of the linear response (Shannon: $\\omega^2 = T$, critical damping at
+  $\\gamma^2 = 4mT$) and rates fitted (Prony's method) from simulated paths.
+
+Compiled solves dominate the runtime: every relax test uses N = 5 keys and batches all its
+cases into one call per family, so each family compiles once per (inertial, overdamped).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.integrate
+
+import fisherdyn as fd
+
+# --------------------------------------------------------------------------- independent model
+
+
+def h_reference(entropy, rho):
+    """$h_i = \\partial S/\\partial\\rho_i$ typed in from MATH.md §2 (numpy)."""
+    if isinstance(entropy, fd.Shannon):
+        return -(1.0 + np.log(rho))
+    if isinstance(entropy, fd.Kaniadakis):
+        k = abs(float(entropy.kappa))
+        return -((1 + k) * rho**k - (1 - k) * rho ** (-k)) / (2 * k)
+    if isinstance(entropy, fd.Renyi):
+        q = float(entropy.q)
+        return q * rho ** (q - 1) / ((1 - q) * np.sum(rho**q))
+    if isinstance(entropy, fd.Tsallis):
+        q = float(entropy.q)
+        return -q * rho ** (q - 1) / (q - 1)
+    raise NotImplementedError(type(entropy))
+
+
+def rhs_reference(entropy, z, T, m, gamma):
+    """MATH.md §6 in simplex coordinates: $m(\\ddot\\rho/\\rho - \\dot\\rho^2/(2\\rho^2)) +
+    \\gamma\\dot\\rho/\\rho + E - T h = \\lambda$, $\\lambda = \\sum\\rho(E - Th) -
+    (m/2)\\sum\\dot\\rho^2/\\rho$; for m = 0 the replicator $\\gamma\\dot\\rho = \\rho(\\lambda - g)$."""
+    z = np.asarray(z, float)
+    n = z.size
+
+    def rhs(t, y):
+        rho = y[:n]
+        g = -z - T * h_reference(entropy, rho)
+        if m == 0:
+            lam = np.sum(rho * g)
+            return rho * (lam - g) / gamma
+        v = y[n:]
+        lam = np.sum(rho * g) - 0.5 * m * np.sum(v**2 / rho)
+        acc = (rho * (lam - g) - gamma * v) / m + 0.5 * v**2 / rho
+        return np.concatenate([v, acc])
+
+    return rhs
+
+
+def scipy_path(entropy, z, T, m, gamma, rho0, v0, ts):
+    y0 = np.asarray(rho0, float) if m == 0 else np.concatenate([rho0, v0])
+    sol = scipy.integrate.solve_ivp(
+        rhs_reference(entropy, z, T, m, gamma), (0.0, float(ts[-1])), y0, method="DOP853",
+        t_eval=np.asarray(ts), rtol=1e-12, atol=1e-14,
+    )
+    assert sol.success
+    return sol.y.T
+
+
+# --------------------------------------------------------------------------- trajectories
+
+
+CHART_CASES = [
+    # (entropy, mass, damping): an interior path (no weight reaches 0), and the overdamped flow
+    (fd.Kaniadakis(0.3), 1.0, 1.2),
+    (fd.Shannon(), 0.0, 2.0),
+]
+
+
+@pytest.mark.parametrize("entropy,mass,damping", CHART_CASES)
+def test_charts_agree_with_each_other_and_scipy(entropy, mass, damping):
+    z = np.array([0.9, 0.1, -0.4, 0.3])
+    T = 0.7
+    rho0 = np.array([0.1, 0.2, 0.3, 0.4])
+    v0 = None if mass == 0 else np.array([0.05, -0.1, 0.02, 0.03])
+    kw = dict(mass=mass, damping=damping, rho0=rho0, velocity0=v0, t1=8.0, saveat=33,
+              rtol=1e-11, atol=1e-13, solver="dopri8")
+    sph = fd.simulate(entropy, z, T, coords="sphere", **kw)
+    smp = fd.simulate(entropy, z, T, coords="simplex", **kw)
+    assert sph.result == fd.RESULTS.successful
+    assert smp.result == fd.RESULTS.successful  # interior path: no boundary event
+    ref = scipy_path(entropy, z, T, mass, damping, rho0, v0, np.asarray(sph.ts))
+    n = z.size
+    # reference: scipy DOP853 at rtol 1e-12 on the equations above; tolerance 1e-8 (both
+    # integrations run at rtol 1e-11)
+    for traj in (sph, smp):
+        np.testing.assert_allclose(traj.rho, ref[:, :n], atol=1e-8, rtol=0)
+        if mass > 0:
+            np.testing.assert_allclose(traj.rho_dot, ref[:, n:], atol=1e-8, rtol=0)
+    np.testing.assert_allclose(sph.rho, smp.rho, atol=1e-9, rtol=0)
+    np.testing.assert_allclose(sph.lam, smp.lam, atol=1e-8, rtol=0)
+    np.testing.assert_allclose(sph.energy, smp.energy, atol=1e-8, rtol=0)
+    # sum rho = 1 to round-off in both charts (simplex: Runge-Kutta keeps linear invariants)
+    for traj in (sph, smp):
+        assert np.max(np.abs(np.sum(traj.rho, -1) - 1)) <= 1e-13
+        assert np.min(traj.rho) >= 0
+
+
+def _energy_problem():
+    return fd.Renyi(2.0), np.array([1.1, -0.2, 0.4, -0.9]), 0.6
+
+
+@pytest.mark.parametrize("damping", [0.0, 0.3])
+def test_energy_balance(damping):
+    """gamma = 0: H conserved to 1e-8 relative on [0, 100]; gamma > 0: H(t) - H(0) equals
+    -gamma * int sum rhodot^2/rho dt (cumulative Simpson on the saved path, 1e-7 relative),
+    H decreasing. One compiled solve serves both (gamma is traced)."""
+    entropy, z, T = _energy_problem()
+    ts = np.linspace(0.0, 100.0, 4001)
+    tr = fd.simulate(entropy, z, T, mass=1.0, damping=damping, rho0=[0.4, 0.1, 0.3, 0.2],
+                     velocity0=[0.1, -0.05, 0.0, -0.05], t1=100.0, saveat=ts,
+                     rtol=1e-12, atol=1e-14, solver="dopri8")
+    assert tr.result == fd.RESULTS.successful
+    H = np.asarray(tr.energy)
+    rho, rho_dot = np.asarray(tr.rho), np.asarray(tr.rho_dot)
+    assert np.max(np.abs(rho.sum(-1) - 1)) <= 1e-14 and rho.min() >= 0
+    if damping == 0:
+        assert np.max(np.abs(H - H[0])) <= 1e-8 * abs(H[0])
+        # the path is not trivially at rest: it swings through a good part of the simplex
+        assert np.ptp(rho[:, 0]) > 0.1
+    else:
+        D = np.where(rho > 0, rho_dot**2 / np.where(rho > 0, rho, 1.0), 0.0).sum(-1)
+        loss = damping * scipy.integrate.cumulative_simpson(D, x=ts, initial=0.0)
+        drop = H[0] - H
+        assert np.max(np.abs(drop - loss)) <= 1e-7 * drop[-1]
+        assert np.all(np.diff(H) <= 1e-12)
+        assert drop[-1] > 0.1
+
+
+def test_simplex_chart_reports_boundary_hit_sphere_passes_through():
+    """Large score gap, little damping: a weight reaches 0 in finite time (Laraki &
+    Mertikopoulos 2015). The simplex chart stops there with `boundary_reached` and no NaN;
+    the sphere chart integrates through ($x_i$ crosses 0) and agrees with it before the hit."""
+    entropy, z, T = fd.Tsallis(2.0), np.array([3.0, 0.0, -3.0]), 1.0
+    kw = dict(mass=1.0, damping=0.05, t1=10.0, saveat=101, rtol=1e-10, atol=1e-12)
+    smp = fd.simulate(entropy, z, T, coords="simplex", **kw)
+    sph = fd.simulate(entropy, z, T, coords="sphere", **kw)
+    assert smp.result == fd.RESULTS.boundary_reached
+    assert sph.result == fd.RESULTS.successful
+    t_hit = float(smp.t_final)
+    assert 0 < t_hit < 10.0
+    for leaf in jax.tree_util.tree_leaves(smp):
+        if jnp.issubdtype(jnp.asarray(leaf).dtype, jnp.floating):
+            assert not np.any(np.isnan(np.asarray(leaf)))
+    reached = np.isfinite(np.asarray(smp.ts))
+    assert reached.sum() >= 2 and not reached[-1]
+    # before the event both charts follow the same path (reference: each other)
+    np.testing.assert_allclose(smp.rho[reached], sph.rho[reached], atol=1e-7, rtol=0)
+    # the sphere path goes on: at t_hit the weight is 0 (x_3 crosses 0) and it comes back
+    at_hit = fd.simulate(entropy, z, T, coords="sphere", **{**kw, "t1": t_hit})
+    assert float(at_hit.rho_final[2]) < 1e-7
+    assert np.max(np.asarray(sph.rho)[np.asarray(sph.ts) > t_hit, 2]) > 0.1
+    assert np.max(np.abs(np.sum(sph.rho, -1) - 1)) <= 1e-14 and np.min(sph.rho) >= 0
+
+
+# --------------------------------------------------------------------------- fixed points
+
+FAMILIES = [
+    fd.Shannon(),
+    fd.Tsallis(2.0),
+    fd.Kaniadakis(0.3),
+    fd.Renyi(2.0),
+    fd.SharmaMittal(2.0, 1.5),
+    fd.Burg(),
+    fd.Abe(1.5),
+]
+FP_SCORES = np.array([[1.3, 0.2, -0.7, 0.5, -1.6], [0.4, 2.0, -0.3, 1.1, 0.0]])
+FP_TEMPS = np.array([0.5, 1.5])
+
+
+def _references(entropy, z, T):
+    st = np.asarray(fd.stationary(entropy, z, T))
+    solve = getattr(fd, "solve_stationary", None)
+    direct = None if solve is None else np.asarray(solve(entropy, z, T, method="scipy").rho)
+    if isinstance(entropy, (fd.Renyi, fd.SharmaMittal)):
+        # the comparison is meaningful only where the self-consistent branch is unique
+        assert int(fd.stationary_branches(entropy, z, T).count) == 1
+    return st, direct
+
+
+@pytest.mark.parametrize("entropy", FAMILIES, ids=lambda e: type(e).__name__)
+def test_relax_matches_stationary(entropy):
+    """relax = stationary = solve_stationary to 1e-10 for 2 score vectors x 2 temperatures x
+    {under-damped, critical, over-damped} (one batched call) and the overdamped flow."""
+    cases = [(z, T) for z in FP_SCORES for T in FP_TEMPS]
+    refs = [_references(entropy, z, T) for z, T in cases]
+    # damping regimes from the softest / stiffest mode at the stationary point
+    m = 1.0
+    Z, TT, G = [], [], []
+    for (z, T), (st, _) in zip(cases, refs):
+        w2 = np.asarray(fd.relaxation_spectrum(entropy, z, T, mass=m, damping=1.0, rho=st).omega2)
+        assert w2.min() > 0
+        for gamma in (0.3 * 2 * np.sqrt(m * w2.min()), 2 * np.sqrt(m * w2.min()),
+                      1.5 * 2 * np.sqrt(m * w2.max())):
+            Z.append(z), TT.append(T), G.append(gamma)
+    sol = fd.relax(entropy, np.array(Z), np.array(TT), mass=m, damping=np.array(G))
+    over = fd.relax(entropy, FP_SCORES[:, None, :].repeat(2, 1).reshape(4, -1),
+                    np.tile(FP_TEMPS, 2), mass=0.0, damping=1.0)
+    got = np.concatenate([np.asarray(sol.rho), np.asarray(over.rho)])
+    want = [r for r in refs for _ in range(3)] + refs
+    for rho, (st, direct) in zip(got, want):
+        np.testing.assert_allclose(rho, st, atol=1e-10, rtol=0)
+        if direct is not None:
+            np.testing.assert_allclose(rho, direct, atol=1e-10, rtol=0)
+        np.testing.assert_array_equal(rho == 0, st == 0)  # Tsallis: the exact support
+    assert np.all(np.asarray(sol.residual) <= 1e-12) and np.all(np.asarray(over.residual) <= 1e-12)
+    if isinstance(entropy, fd.Tsallis):
+        assert np.any(got == 0)  # the cases do exercise a sparse support
+
+
+def test_renyi_dynamics_lands_on_stable_branches():
+    """Renyi q = 3 with tightly separated top scores has three self-consistent branches; the
+    damped dynamics from 16 random starts lands only on the two stable ones, reaches both,
+    and the free-energy minimum is among them (reference: stationary_branches)."""
+    entropy, z, T = fd.Renyi(3.0), np.array([1.0, 0.95, 0.0, -0.5, -1.0]), 1.0
+    br = fd.stationary_branches(entropy, z, T)
+    valid = np.asarray(br.valid)
+    rho_b, stable, F = np.asarray(br.rho)[valid], np.asarray(br.stable)[valid], np.asarray(br.free_energy)[valid]
+    assert valid.sum() == 3 and stable.sum() == 2
+    rng = np.random.default_rng(0)
+    rho0 = rng.dirichlet(0.7 * np.ones(5), size=16)
+    landed = set()
+    for mass in (1.0, 0.0):
+        sol = fd.relax(entropy, np.broadcast_to(z, (16, 5)), T, mass=mass, damping=1.0, rho0=rho0)
+        dist = np.abs(np.asarray(sol.rho)[:, None, :] - rho_b[None]).max(-1)
+        assert np.all(dist.min(1) <= 1e-10)
+        which = dist.argmin(1)
+        assert np.all(stable[which])
+        landed |= set(which.tolist())
+    assert landed == set(np.flatnonzero(stable).tolist())
+    assert int(np.argmin(F)) in landed
+
+
+# --------------------------------------------------------------------------- linear response
+
+
+def prony_rates(delta, h):
+    """Fit $\\delta_{n+2} = a\\delta_{n+1} + b\\delta_n$ (least squares) and return the two
+    continuous-time rates $\\log(z)/h$, $z^2 = az + b$: exact for a damped 2nd-order mode."""
+    A = np.stack([delta[1:-1], delta[:-2]], 1)
+    (a, b), *_ = np.linalg.lstsq(A, delta[2:], rcond=None)
+    roots = np.roots([1.0, -a, -b]).astype(complex)
+    return np.log(roots) / h
+
+
+def _perturbed(rho_star, mode, eps):
+    x = np.sqrt(rho_star) + eps * mode
+    return x**2 / np.sum(x**2)
+
+
+def test_linear_response_matches_spectrum():
+    """Kaniadakis, under-damped: the rates fitted from paths started along each mode match
+    relaxation_spectrum to 1e-3 relative (decay rate and frequency)."""
+    entropy, z, T, m, gamma = fd.Kaniadakis(0.3), np.array([1.0, 0.3, -0.5, 0.2]), 1.0, 1.0, 0.3
+    st = np.asarray(fd.stationary(entropy, z, T))
+    sp = fd.relaxation_spectrum(entropy, z, T, mass=m, damping=gamma)
+    modes = np.asarray(sp.modes)
+    assert np.all(np.asarray(sp.regime) == fd.UNDERDAMPED)
+    # the spread spectrum of a non-Shannon family (MATH.md §6)
+    assert np.ptp(np.asarray(sp.omega2)) > 0.05
+    h, eps = 0.1, 1e-6
+    ts = np.arange(0, 301) * h
+    rho0 = np.stack([_perturbed(st, modes[:, k], eps) for k in range(3)])
+    tr = fd.simulate(entropy, np.broadcast_to(z, (3, 4)), T, mass=m, damping=gamma, rho0=rho0,
+                     t1=ts[-1], saveat=ts, rtol=1e-12, atol=1e-16, solver="dopri8")
+    for k in range(3):
+        delta = (np.sqrt(np.asarray(tr.rho[k])) - np.sqrt(st)) @ modes[:, k]
+        fit = prony_rates(delta, h)
+        want = np.asarray(sp.rates[k])
+        fit = fit[np.argsort(-fit.imag)]
+        want = want[np.argsort(-want.imag)]
+        np.testing.assert_allclose(fit, want, rtol=1e-3)
+
+
+def test_shannon_isotropic_and_critical():
+    """Shannon: every omega_k^2 = T (closed form); at gamma^2 = 4mT the fitted rates are a
+    double real root -gamma/(2m) and the deviation never changes sign; 10% less damping
+    oscillates."""
+    entropy, z, T, m = fd.Shannon(), np.array([1.0, 0.3, -0.5, 0.2]), 0.8, 1.0
+    gc = 2 * np.sqrt(m * T)
+    sp = fd.relaxation_spectrum(entropy, z, T, mass=m, damping=gc)
+    np.testing.assert_allclose(sp.omega2, T, rtol=1e-12)
+    assert np.all(np.asarray(sp.regime) == fd.CRITICAL)
+    st = np.asarray(fd.stationary(entropy, z, T))
+    mode = np.asarray(sp.modes)[:, 0]
+    h, eps = 0.1, 1e-6
+    ts = np.arange(0, 301) * h
+    rho0 = _perturbed(st, mode, eps)
+    tr = fd.simulate(entropy, np.broadcast_to(z, (2, 4)), T, mass=m, damping=np.array([gc, 0.9 * gc]),
+                     rho0=rho0, t1=ts[-1], saveat=ts, rtol=1e-12, atol=1e-16, solver="dopri8")
+    d_crit, d_under = ((np.sqrt(np.asarray(r)) - np.sqrt(st)) @ mode for r in tr.rho)
+    fit = prony_rates(d_crit, h)
+    np.testing.assert_allclose(fit.real, -gc / (2 * m), rtol=1e-3)
+    assert np.all(np.abs(fit.imag) <= 1e-3 * gc / (2 * m))
+    assert np.all(d_crit > 0)
+    assert np.any(d_under < 0)
+    fit_u = prony_rates(d_under, h)
+    want = np.sqrt(4 * m * T - (0.9 * gc) ** 2) / (2 * m)
+    np.testing.assert_allclose(np.sort(np.abs(fit_u.imag)), [want, want], rtol=1e-3)
+
+
+# --------------------------------------------------------------------------- API contracts
+
+
+def test_invalid_initial_conditions_are_clear_errors():
+    z = np.array([0.5, 0.0, -0.5])
+    with pytest.raises(ValueError, match="simplex"):
+        fd.simulate(fd.Shannon(), z, rho0=[0.5, 0.4, 0.2])
+    with pytest.raises(ValueError, match="simplex"):
+        fd.simulate(fd.Shannon(), z, rho0=[1.2, -0.1, -0.1])
+    with pytest.raises(ValueError, match="tangent"):
+        fd.simulate(fd.Shannon(), z, rho0=[0.5, 0.3, 0.2], velocity0=[0.1, 0.0, 0.0])
+    with pytest.raises(ValueError, match="tangent"):
+        fd.simulate(fd.Tsallis(2.0), z, rho0=[0.5, 0.5, 0.0], velocity0=[0.1, 0.0, -0.1])
+    with pytest.raises(ValueError, match="first order"):
+        fd.simulate(fd.Shannon(), z, mass=0.0, velocity0=[0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="damping > 0"):
+        fd.relax(fd.Shannon(), z, mass=1.0, damping=0.0)
+    with pytest.raises(ValueError, match="T must"):
+        fd.simulate(fd.Shannon(), z, -1.0)
+
+
+def test_batch_of_1024_in_one_compiled_call():
+    """jax.vmap of relax over 1024 score vectors and dampings, under one jit; each fixed
+    point equals softmax(z/T) (closed form) to 1e-10."""
+    rng = np.random.default_rng(1)
+    Z = rng.normal(size=(1024, 6))
+    gammas = rng.uniform(0.5, 3.0, size=1024)
+    fn = jax.jit(jax.vmap(lambda z, g: fd.relax(fd.Shannon(), z, 1.0, mass=1.0, damping=g).rho))
+    rho = np.asarray(fn(Z, gammas))
+    p = np.exp(Z - Z.max(1, keepdims=True))
+    np.testing.assert_allclose(rho, p / p.sum(1, keepdims=True), atol=1e-10, rtol=0)
+
+
+def test_sweeping_parameters_does_not_recompile(caplog):
+    """T, mass, damping, the entropy's parameter and the tolerances are traced."""
+    z = np.array([0.7, -0.1, 0.3, 0.0, -0.6])
+    fd.relax(fd.Tsallis(1.5), z, 1.0, mass=1.0, damping=1.0)
+    with jax.log_compiles(), caplog.at_level(logging.WARNING):
+        caplog.clear()
+        sol = fd.relax(fd.Tsallis(2.5), z, 0.7, mass=2.0, damping=0.5, tol=1e-7, rtol=1e-9)
+        sol.rho.block_until_ready()
+    big = [r.getMessage() for r in caplog.records if "_jit_single" in r.getMessage()]
+    assert big == []
+    np.testing.assert_allclose(sol.rho, fd.stationary(fd.Tsallis(2.5), z, 0.7), atol=1e-10)
