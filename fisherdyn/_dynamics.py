@@ -205,6 +205,16 @@ class SphereCoordinates(AbstractCoordinates):
         x = y if overdamped else y[0]
         return jnp.abs(jnp.sum(x * x, -1) - 1)
 
+    def weights_and_multiplier(self, y, system, overdamped):
+        """$(\\rho, \\lambda)$ only (cheaper than `observe`)."""
+        if overdamped:
+            x = y
+            lam, _, _ = self.overdamped_multiplier(x, system)
+        else:
+            x, v = y
+            lam, _, _ = self.multiplier(x, v, system)
+        return x * x / jnp.sum(x * x, -1, keepdims=True), lam
+
 
 class SimplexCoordinates(AbstractCoordinates):
     """The weights themselves: $\\ddot\\rho_i = [\\rho_i(\\lambda - g_i) - \\gamma\\dot\\rho_i]/m

@@ -18,6 +18,7 @@ label at the query token. The loss averages over the later loops so the computat
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -401,7 +402,7 @@ def _training_step(config, batch, first, lr, weight_decay, steps):
 
 @eqx.filter_jit
 def _predict(model, tokens, n_loops):
-    return jnp.argmax(jax.vmap(lambda t: model(t, n_loops))(tokens), -1)
+    return jnp.argmax(jax.vmap(lambda t: model(t, n_loops))(tokens), -1).astype(jnp.int32)
 
 
 @eqx.filter_jit
@@ -416,7 +417,7 @@ def evaluate_looped(model: LoopedTransformer, key, batch: int = 1024, n_loops: i
                        dtype=jnp.dtype(c.dtype))
     n = c.n_loops if n_loops is None else int(n_loops)
     pred = _predict(model, data.tokens, n)
-    return float(jnp.mean(pred == data.labels))
+    return float(np.mean(np.asarray(pred) == np.asarray(data.labels)))
 
 
 def _cache_paths(config, recipe, cache_dir):
@@ -439,6 +440,51 @@ def _atomic_write(path: pathlib.Path, write):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _numeric_mode(config):
+    """Train float32 models with x64 off and standard promotion whatever the caller's
+    global flags: the weights (and the cache) then do not depend on them, and optax (which
+    mixes int step counts with float constants) also runs under strict promotion."""
+    stack = contextlib.ExitStack()
+    if jnp.dtype(config.dtype).itemsize < 8:
+        stack.enter_context(jax.enable_x64(False))
+    elif not jax.config.jax_enable_x64:
+        raise ValueError(f"dtype={config.dtype} needs jax.config.update('jax_enable_x64', True)")
+    stack.enter_context(jax.numpy_dtype_promotion("standard"))
+    return stack
+
+
+def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_from, progress):
+    first = min(int(math.floor(loss_from * config.n_loops)), config.n_loops)
+    hyper = (batch, first, lr, weight_decay, steps)
+    try:
+        hash(config)
+        build = _training_step  # compiled once per (config, recipe), reused across calls
+    except TypeError:  # array-valued entropy parameters: no reuse
+        build = _training_step.__wrapped__
+    optim, train_step = build(config, *hyper)
+    opt_state = optim.init(eqx.filter(model, eqx.is_inexact_array))
+    losses = np.zeros(steps)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=steps, desc=f"train {config.entropy!r}", leave=True)
+    start = compiled = time.perf_counter()
+    for i in range(steps):
+        model, opt_state, loss = train_step(model, opt_state, k_data, jnp.asarray(i, jnp.int32))
+        losses[i] = float(loss)
+        if i == 0:
+            compiled = time.perf_counter()
+        if bar is not None:
+            bar.update(1)
+            if i % 25 == 0 or i == steps - 1:
+                bar.set_postfix(loss=f"{losses[i]:.3f}")
+    end = time.perf_counter()
+    if bar is not None:
+        bar.close()
+    return model, losses, end - start, 1e3 * (end - compiled) / max(1, steps - 1)
 
 
 def train_looped(
@@ -483,7 +529,8 @@ def train_looped(
                   eval_batch=int(eval_batch))
     key = jr.PRNGKey(seed)
     k_init, k_data, k_eval = jr.split(key, 3)
-    model = init_looped(config, k_init)
+    with _numeric_mode(config):
+        model = init_looped(config, k_init)
     weights_path = meta_path = None
     if use_cache:
         weights_path, meta_path, blob = _cache_paths(
@@ -496,41 +543,11 @@ def train_looped(
             return TrainedLooped(model, meta["accuracy"], np.asarray(meta["loss_history"]),
                                  meta["seconds"], meta["step_ms"], True, str(weights_path))
 
-    first = min(int(math.floor(loss_from * config.n_loops)), config.n_loops)
-    hyper = (int(batch), first, float(lr), float(weight_decay), int(steps))
-    try:
-        hash(config)
-        build = _training_step  # compiled once per (config, recipe), reused across calls
-    except TypeError:  # array-valued entropy parameters: no reuse
-        build = _training_step.__wrapped__
-    optim, train_step = build(config, *hyper)
-    with jax.numpy_dtype_promotion("standard"):
-        opt_state = optim.init(eqx.filter(model, eqx.is_inexact_array))
-
-    losses = np.zeros(steps)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=steps, desc=f"train {config.entropy!r}", leave=True)
-    start = time.perf_counter()
-    for i in range(steps):
-        # optax mixes int step counts with float constants: trace under standard promotion
-        # even when the caller runs JAX with strict promotion (as the tests do).
-        with jax.numpy_dtype_promotion("standard"):
-            model, opt_state, loss = train_step(model, opt_state, k_data, jnp.asarray(i))
-        losses[i] = float(loss)
-        if i == 0:
-            compiled = time.perf_counter()
-        if bar is not None:
-            bar.update(1)
-            if i % 25 == 0 or i == steps - 1:
-                bar.set_postfix(loss=f"{losses[i]:.3f}")
-    seconds = time.perf_counter() - start
-    step_ms = 1e3 * (time.perf_counter() - compiled) / max(1, steps - 1)
-    if bar is not None:
-        bar.close()
-    accuracy = evaluate_looped(model, k_eval, eval_batch)
+    with _numeric_mode(config):
+        model, losses, seconds, step_ms = _optimize(
+            model, config, k_data, steps=int(steps), batch=int(batch), lr=float(lr),
+            weight_decay=float(weight_decay), loss_from=float(loss_from), progress=progress)
+        accuracy = evaluate_looped(model, k_eval, eval_batch)
     if progress:
         print(f"train_looped: {config.entropy!r} accuracy {accuracy:.3f} "
               f"({seconds:.1f} s, {step_ms:.1f} ms/step after compilation)")
@@ -575,7 +592,8 @@ class LoopedPaths(eqx.Module):
         """Recall accuracy per loop, `(loops + 1,)` (needs labels)."""
         if self.labels is None:
             raise ValueError("no labels: extract from a RecallBatch")
-        return jnp.mean(jnp.argmax(self.logits, -1) == self.labels[None], axis=-1)
+        hit = jnp.argmax(self.logits, -1).astype(self.labels.dtype) == self.labels[None]
+        return jnp.mean(hit.astype(self.logits.dtype), axis=-1)
 
 
 def extract_paths(model: LoopedTransformer, inputs, n_loops: int | None = None, *,
@@ -602,6 +620,8 @@ def extract_paths(model: LoopedTransformer, inputs, n_loops: int | None = None, 
         tokens = jnp.asarray(inputs)
     if dtype is not None:
         dtype = jnp.dtype(dtype)
+        if dtype.itemsize == 8 and not jax.config.jax_enable_x64:
+            raise ValueError(f"dtype={dtype} needs jax.config.update('jax_enable_x64', True)")
         model = jax.tree_util.tree_map(
             lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, model)
     else:

@@ -589,7 +589,7 @@ def _relax_single(system, rho0, v0, extra, static: _RelaxStatic):
     k = jnp.sum(jnp.isfinite(sol.ts)) - 1  # the final state (see `_trajectory`)
     y_end = jtu.tree_map(lambda y: y[k], sol.ys)
     t_end = sol.ts[k]
-    rho_end, _, lam_end, _ = coords.observe(y_end, system, static.overdamped)
+    rho_end, lam_end = coords.weights_and_multiplier(y_end, system, static.overdamped)
     # Keep a failed run's numbers finite so the polish below stays well defined.
     finite = jnp.all(jnp.isfinite(rho_end)) & jnp.isfinite(lam_end)
     rho_end = jnp.where(finite, rho_end, rho0)

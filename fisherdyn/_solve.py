@@ -328,11 +328,10 @@ def _solve_shaped_optx(entropy, z, keep, T, M0, n_grid):
         return rho, lam, logM, ok & ok_rho
 
     rho_c, lam_c, logM_c, ok_c = jax.vmap(refine)(left, right, sign)
-    if M0 is None:
-        F = jax.vmap(lambda rho: _free_energy(entropy, rho, z, keep, T))(rho_c)
-        score = jnp.where(valid, F, jnp.inf)
-    else:
-        score = jnp.where(valid, jnp.abs(logM_c - jnp.log(jnp.asarray(M0, dtype))), jnp.inf)
+    # M0 = nan: least free energy; else the root nearest to M0 in log M
+    F = jax.vmap(lambda rho: _free_energy(entropy, rho, z, keep, T))(rho_c)
+    score = jnp.where(jnp.isnan(M0), F, jnp.abs(logM_c - jnp.log(M0)))
+    score = jnp.where(valid, score, jnp.inf)
     k = jnp.argmin(score)
     return rho_c[k], lam_c[k], ok_c[k]
 
@@ -573,7 +572,8 @@ def solve_stationary(
     if method == "optimistix":
         # parameters as arrays: one compilation per family, whatever the parameter value
         ent = jtu.tree_map(lambda x: jnp.asarray(x, dtype), entropy)
-        rho, lam, result, T_eff = _solve_optx(ent, z, keep, T, M0, n_grid)
+        M0_arr = jnp.asarray(jnp.nan if M0 is None else M0, dtype)
+        rho, lam, result, T_eff = _solve_optx(ent, z, keep, T, M0_arr, n_grid)
     else:
         rho, lam, ok = _solve_scipy(entropy, z, keep, T, M0, n_grid)
         rho, lam = jnp.asarray(rho, dtype), jnp.asarray(lam, dtype)

@@ -67,6 +67,14 @@ class RelaxationSpectrum(eqx.Module):
         return [_REGIME_NAMES[int(r)] for r in np.asarray(self.regime).ravel()]
 
 
+@eqx.filter_jit
+def _batched(entropy, rho, z, T, mass, damping, critical_rtol):
+    fn = _single
+    for _ in range(rho.ndim - 1):
+        fn = jax.vmap(fn, in_axes=(None, 0, 0, None, None, None, None))
+    return fn(entropy, rho, z, T, mass, damping, critical_rtol)
+
+
 def _single(entropy, rho, z, T, mass, damping, critical_rtol):
     K, x, lam, active = stiffness_matrix(entropy, rho, z, T)
     Q = tangent_basis(x)
@@ -126,11 +134,14 @@ def relaxation_spectrum(
     rho = jnp.asarray(rho, z.dtype)
     dtype = z.dtype
     T, mass, damping = (jnp.asarray(v, dtype) for v in (T, mass, damping))
-    fn = _single
-    for _ in range(jnp.broadcast_shapes(z.shape, rho.shape).__len__() - 1):
-        fn = jax.vmap(fn, in_axes=(None, 0, 0, None, None, None, None))
+    if T.ndim or mass.ndim or damping.ndim:
+        raise ValueError("relaxation_spectrum takes scalar T, mass and damping")
     batch = jnp.broadcast_shapes(z.shape, rho.shape)
-    return fn(
+    # Python-number parameters become arrays: traced, so new values do not recompile
+    entropy = jax.tree_util.tree_map(
+        lambda v: jnp.asarray(v, dtype) if isinstance(v, (int, float)) else v, entropy
+    )
+    return _batched(
         entropy,
         jnp.broadcast_to(rho, batch),
         jnp.broadcast_to(z, batch),

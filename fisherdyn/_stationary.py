@@ -499,6 +499,16 @@ def stationary(entropy: AbstractEntropy, scores, T=1.0, *, mask=None, axis: int 
     self-consistent branch of least free energy (see `stationary_branches`).
     """
     _check_entropy(entropy)
+    return _stationary_jit(entropy, _as_array(scores), _as_array(T), mask, axis)
+
+
+def _as_array(x):
+    # Python scalars become traced arrays, so new values of T do not recompile.
+    return x if isinstance(x, jax.Array) else jnp.asarray(x)
+
+
+@eqx.filter_jit
+def _stationary_jit(entropy, scores, T, mask, axis):
     z, keep, T, empty = _prepare(scores, T, mask, axis)
     rho = _stationary_core(entropy, z, keep, T)
     rho = jnp.where(empty | ~keep, 0.0, rho)
@@ -508,6 +518,11 @@ def stationary(entropy: AbstractEntropy, scores, T=1.0, *, mask=None, axis: int 
 def stationary_info(entropy: AbstractEntropy, scores, T=1.0, *, mask=None) -> StationaryInfo:
     """`stationary` plus the realized temperature `T_eff` (last axis = keys; no gradient)."""
     _check_entropy(entropy)
+    return _stationary_info_jit(entropy, _as_array(scores), _as_array(T), mask)
+
+
+@eqx.filter_jit
+def _stationary_info_jit(entropy, scores, T, mask):
     z, keep, T, empty = _prepare(scores, T, mask, -1)
     rho, T_eff = _solve(entropy, z, keep, T)
     return StationaryInfo(jnp.where(empty | ~keep, 0.0, rho), T_eff[..., 0])
@@ -521,6 +536,11 @@ def stationary_jacobian(entropy: AbstractEntropy, scores, T=1.0, *, mask=None):
     $dM = q\\sum\\rho^{q-1}d\\rho$ through $T_{eff}(M)$. Last axis = keys; returns (..., N, N).
     """
     _check_entropy(entropy)
+    return _jacobian_jit(entropy, _as_array(scores), _as_array(T), mask)
+
+
+@eqx.filter_jit
+def _jacobian_jit(entropy, scores, T, mask):
     z, keep, T, empty = _prepare(scores, T, mask, -1)
     rho = jax.lax.stop_gradient(_stationary_core(entropy, z, keep, T))
     active = keep & (rho > 0) & ~empty
@@ -593,6 +613,11 @@ def stationary_branches(entropy: AbstractEntropy, scores, T=1.0, *, mask=None, n
     exactly one branch. One score vector (last axis); output padded to `n_grid - 1` slots.
     """
     _check_entropy(entropy)
+    return _branches_jit(entropy, _as_array(scores), _as_array(T), mask, n_grid)
+
+
+@eqx.filter_jit
+def _branches_jit(entropy, scores, T, mask, n_grid):
     z, keep, T, empty = _prepare(scores, T, mask, -1)
     if z.ndim != 1:
         raise ValueError("stationary_branches takes one score vector (shape (N,))")
@@ -621,33 +646,38 @@ def stationary_branches(entropy: AbstractEntropy, scores, T=1.0, *, mask=None, n
     return Branches(rho_c, M, T_eff, F, down & sign_change, sign_change)
 
 
-def _refine_any(entropy, z, keep, T, lo, hi, down, nu0, max_iter=200):
-    """Bracketed Newton for a root of r in [lo, hi], r changing sign (either direction)."""
+def _refine_any(entropy, z, keep, T, lo, hi, down, nu0, max_iter=100):
+    """Bracketed Newton in log M for a root of the consistency residual r in [lo, hi]
+    (`down`: r(lo) >= 0 >= r(hi), else the reverse), each step a warm-started Tsallis solve.
+    One call site of the inner solver keeps the compiled program small."""
     ts = entropy.tsallis()
     eps = jnp.finfo(z.dtype).eps
     sgn = jnp.where(down, 1.0, -1.0)  # sgn * r is + at lo and - at hi
     x0 = 0.5 * (lo + hi)
-    rho, nu, r, dr, t = _consistency(entropy, ts, z, keep, T, x0, nu0)
+    rho0 = jnp.zeros(jnp.broadcast_shapes(z.shape, x0.shape), z.dtype)
+    nan = jnp.full_like(x0, jnp.nan)
 
     def cond(s):
         return (s[0] < max_iter) & ~jnp.all(s[-1])
 
     def body(s):
         it, x, lo, hi, nu, r, dr, rho, done = s
+        first = it == 0
         sr = sgn * r
-        lo = jnp.where(sr >= 0, x, lo)
-        hi = jnp.where(sr <= 0, x, hi)
+        lo = jnp.where(~first & (sr >= 0), x, lo)
+        hi = jnp.where(~first & (sr <= 0), x, hi)
         newton = x - r / jnp.where(dr != 0, dr, 1.0)
-        inside = (newton > lo) & (newton < hi) & jnp.isfinite(newton)
-        x_new = jnp.where(inside, newton, 0.5 * (lo + hi))
-        small = jnp.abs(x_new - x) <= 8 * eps * (1 + jnp.abs(x))
+        inside = (newton >= lo) & (newton <= hi) & jnp.isfinite(newton)
+        x_new = jnp.where(first, x, jnp.where(inside, newton, 0.5 * (lo + hi)))
+        small = ~first & (jnp.abs(x_new - x) <= 8 * eps * (1 + jnp.abs(x)))
         x_new = jnp.where(done, x, x_new)
         rho_n, nu_n, r_n, dr_n, _ = _consistency(entropy, ts, z, keep, T, x_new, nu)
-        done_n = done | (jnp.abs(r_n) <= 64 * eps) | small
+        done_n = done | (jnp.abs(r_n) <= 64 * eps) | small | ((hi - lo) <= 8 * eps * (1 + jnp.abs(x)))
         pick = lambda new, old: jnp.where(done, old, new)  # noqa: E731
         return (it + 1, x_new, lo, hi, pick(nu_n, nu), pick(r_n, r), pick(dr_n, dr),
                 pick(rho_n, rho), done_n)
 
-    s = (jnp.array(0), x0, lo, hi, nu, r, dr, rho, jnp.abs(r) <= 64 * eps)
+    s = (jnp.array(0), x0, lo, hi, jnp.broadcast_to(nu0, x0.shape), nan, nan, rho0,
+         jnp.zeros(x0.shape, bool))
     out = jax.lax.while_loop(cond, body, s)
     return out[7], out[1]

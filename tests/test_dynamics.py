@@ -188,41 +188,46 @@ FP_SCORES = np.array([[1.3, 0.2, -0.7, 0.5, -1.6], [0.4, 2.0, -0.3, 1.1, 0.0]])
 FP_TEMPS = np.array([0.5, 1.5])
 
 
-def _references(entropy, z, T):
-    st = np.asarray(fd.stationary(entropy, z, T))
+def _references(entropy):
+    """stationary (one batched call) and solve_stationary(method="scipy") for the 4 cases."""
+    Z = np.repeat(FP_SCORES, 2, 0)
+    TT = np.tile(FP_TEMPS, 2)
+    st = np.asarray(fd.stationary(entropy, Z, TT))
     solve = getattr(fd, "solve_stationary", None)
-    direct = None if solve is None else np.asarray(solve(entropy, z, T, method="scipy").rho)
+    direct = [None] * 4 if solve is None else [
+        np.asarray(solve(entropy, z, T, method="scipy").rho) for z, T in zip(Z, TT)
+    ]
     if isinstance(entropy, (fd.Renyi, fd.SharmaMittal)):
         # the comparison is meaningful only where the self-consistent branch is unique
-        assert int(fd.stationary_branches(entropy, z, T).count) == 1
-    return st, direct
+        for z, T in zip(Z, TT):
+            assert int(fd.stationary_branches(entropy, z, T).count) == 1
+    return Z, TT, st, direct
 
 
 @pytest.mark.parametrize("entropy", FAMILIES, ids=lambda e: type(e).__name__)
 def test_relax_matches_stationary(entropy):
     """relax = stationary = solve_stationary to 1e-10 for 2 score vectors x 2 temperatures x
     {under-damped, critical, over-damped} (one batched call) and the overdamped flow."""
-    cases = [(z, T) for z in FP_SCORES for T in FP_TEMPS]
-    refs = [_references(entropy, z, T) for z, T in cases]
+    Z, TT, st, direct = _references(entropy)
     # damping regimes from the softest / stiffest mode at the stationary point
     m = 1.0
-    Z, TT, G = [], [], []
-    for (z, T), (st, _) in zip(cases, refs):
-        w2 = np.asarray(fd.relaxation_spectrum(entropy, z, T, mass=m, damping=1.0, rho=st).omega2)
-        assert w2.min() > 0
-        for gamma in (0.3 * 2 * np.sqrt(m * w2.min()), 2 * np.sqrt(m * w2.min()),
-                      1.5 * 2 * np.sqrt(m * w2.max())):
-            Z.append(z), TT.append(T), G.append(gamma)
-    sol = fd.relax(entropy, np.array(Z), np.array(TT), mass=m, damping=np.array(G))
-    over = fd.relax(entropy, FP_SCORES[:, None, :].repeat(2, 1).reshape(4, -1),
-                    np.tile(FP_TEMPS, 2), mass=0.0, damping=1.0)
+    w2 = np.stack([  # the spectrum at each case's own temperature
+        np.asarray(fd.relaxation_spectrum(entropy, z, T, mass=m, damping=1.0, rho=r).omega2)
+        for z, T, r in zip(Z, TT, st)
+    ])
+    assert np.all(w2 > 0)
+    G = np.stack([0.3 * 2 * np.sqrt(m * w2.min(1)), 2 * np.sqrt(m * w2.min(1)),
+                  1.5 * 2 * np.sqrt(m * w2.max(1))], 1)  # (case, regime)
+    sol = fd.relax(entropy, np.repeat(Z, 3, 0), np.repeat(TT, 3), mass=m, damping=G.ravel())
+    over = fd.relax(entropy, Z, TT, mass=0.0, damping=1.0)
     got = np.concatenate([np.asarray(sol.rho), np.asarray(over.rho)])
-    want = [r for r in refs for _ in range(3)] + refs
-    for rho, (st, direct) in zip(got, want):
-        np.testing.assert_allclose(rho, st, atol=1e-10, rtol=0)
-        if direct is not None:
-            np.testing.assert_allclose(rho, direct, atol=1e-10, rtol=0)
-        np.testing.assert_array_equal(rho == 0, st == 0)  # Tsallis: the exact support
+    want = np.concatenate([np.repeat(st, 3, 0), st])
+    want_direct = [d for d in direct for _ in range(3)] + direct
+    for rho, ref, ref_direct in zip(got, want, want_direct):
+        np.testing.assert_allclose(rho, ref, atol=1e-10, rtol=0)
+        if ref_direct is not None:
+            np.testing.assert_allclose(rho, ref_direct, atol=1e-10, rtol=0)
+        np.testing.assert_array_equal(rho == 0, ref == 0)  # Tsallis: the exact support
     assert np.all(np.asarray(sol.residual) <= 1e-12) and np.all(np.asarray(over.residual) <= 1e-12)
     if isinstance(entropy, fd.Tsallis):
         assert np.any(got == 0)  # the cases do exercise a sparse support
@@ -230,18 +235,22 @@ def test_relax_matches_stationary(entropy):
 
 def test_renyi_dynamics_lands_on_stable_branches():
     """Renyi q = 3 with tightly separated top scores has three self-consistent branches; the
-    damped dynamics from 16 random starts lands only on the two stable ones, reaches both,
-    and the free-energy minimum is among them (reference: stationary_branches)."""
+    damped dynamics from 12 random starts (and the overdamped flow from 4) lands only on the
+    two stable ones, reaches both, and the free-energy minimum is among them (reference:
+    stationary_branches). Batch sizes match test_relax_matches_stationary[Renyi]: no
+    recompilation."""
     entropy, z, T = fd.Renyi(3.0), np.array([1.0, 0.95, 0.0, -0.5, -1.0]), 1.0
     br = fd.stationary_branches(entropy, z, T)
     valid = np.asarray(br.valid)
     rho_b, stable, F = np.asarray(br.rho)[valid], np.asarray(br.stable)[valid], np.asarray(br.free_energy)[valid]
     assert valid.sum() == 3 and stable.sum() == 2
     rng = np.random.default_rng(0)
-    rho0 = rng.dirichlet(0.7 * np.ones(5), size=16)
+    rho0 = rng.dirichlet(0.7 * np.ones(5), size=12)
     landed = set()
-    for mass in (1.0, 0.0):
-        sol = fd.relax(entropy, np.broadcast_to(z, (16, 5)), T, mass=mass, damping=1.0, rho0=rho0)
+    for mass, starts in ((1.0, rho0), (0.0, rho0[:4])):
+        b = len(starts)
+        sol = fd.relax(entropy, np.broadcast_to(z, (b, 5)), np.full(b, T), mass=mass,
+                       damping=np.ones(b), rho0=starts)
         dist = np.abs(np.asarray(sol.rho)[:, None, :] - rho_b[None]).max(-1)
         assert np.all(dist.min(1) <= 1e-10)
         which = dist.argmin(1)

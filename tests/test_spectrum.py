@@ -1,0 +1,112 @@
+"""relaxation_spectrum against the finite-difference Jacobian of the equations of motion.
+
+Reference: the sphere-chart equations of MATH.md §6, $4m\\ddot x = 2x(\\lambda - g) -
+4\\gamma\\dot x$, $\\lambda = \\sum x^2 g - 2m\\sum\\dot x^2$ (overdamped: $2\\gamma\\dot x =
+x(\\lambda - g)$, $\\lambda = \\sum x^2 g$), written here in numpy with each family's
+$h = dS/d\\rho$ typed in from MATH.md §2; central differences (h = 1e-6) of the vector field at
+the fixed point, restricted to the tangent space of the constraint (an invariant subspace);
+its eigenvalues must be the rates $s_k$ of `relaxation_spectrum`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fisherdyn as fd
+
+
+def h_reference(entropy, rho):
+    """dS/drho from MATH.md §2 (numpy), finite on the boundary for the cutoff families."""
+    if isinstance(entropy, fd.Kaniadakis):
+        k = abs(float(entropy.kappa))
+        return -((1 + k) * rho**k - (1 - k) * rho ** (-k)) / (2 * k)
+    if isinstance(entropy, fd.Renyi):
+        q = float(entropy.q)
+        return q * rho ** (q - 1) / ((1 - q) * np.sum(rho**q))
+    if isinstance(entropy, fd.Tsallis):
+        q = float(entropy.q)
+        return -q * rho ** (q - 1) / (q - 1)
+    if isinstance(entropy, fd.Shannon):
+        return -(1.0 + np.log(rho))
+    raise NotImplementedError(type(entropy))
+
+
+def sphere_field(entropy, z, T, m, gamma):
+    n = z.size
+
+    def f(y):
+        x = y[:n]
+        g = -z - T * h_reference(entropy, x * x)
+        if m == 0:
+            lam = np.sum(x * x * g)
+            return x * (lam - g) / (2 * gamma)
+        v = y[n:]
+        lam = np.sum(x * x * g) - 2 * m * np.sum(v * v)
+        return np.concatenate([v, (2 * x * (lam - g) - 4 * gamma * v) / (4 * m)])
+
+    return f
+
+
+def fd_tangent_eigenvalues(f, x_star, inertial, step=1e-6):
+    n = x_star.size
+    y0 = np.concatenate([x_star, np.zeros(n)]) if inertial else x_star.copy()
+    d = y0.size
+    J = np.empty((d, d))
+    for j in range(d):
+        e = np.zeros(d)
+        e[j] = step
+        J[:, j] = (f(y0 + e) - f(y0 - e)) / (2 * step)
+    # orthonormal basis of {x* . dx = 0} (and {x* . dv = 0})
+    Q = np.linalg.svd(x_star[None, :])[2][1:].T  # (n, n-1)
+    B = np.block([[Q, np.zeros_like(Q)], [np.zeros_like(Q), Q]]) if inertial else Q
+    return np.linalg.eigvals(B.T @ J @ B)
+
+
+def _sorted(v):
+    v = np.asarray(v, complex)
+    return v[np.lexsort((np.round(v.imag, 6), np.round(v.real, 6)))]
+
+
+CASES = [
+    # (entropy, scores, T): full support, moment-coupled, and sparse with boundary modes
+    (fd.Kaniadakis(0.3), np.array([1.0, 0.3, -0.5, 0.2, -1.1]), 0.9),
+    (fd.Renyi(2.0), np.array([0.8, 0.1, -0.2, 0.5, 0.3]), 1.5),
+    (fd.Tsallis(1.5), np.array([1.0, 0.3, -0.5, 0.2, -1.1]), 0.3),
+    (fd.Shannon(), np.array([1.0, 0.3, -0.5, 0.2, -1.1]), 0.7),
+]
+
+
+@pytest.mark.parametrize("entropy,z,T", CASES, ids=lambda c: type(c).__name__ if isinstance(c, fd.AbstractEntropy) else "")
+@pytest.mark.parametrize("mass,damping", [(1.0, 0.4), (2.0, 3.0), (0.0, 1.3)])
+def test_rates_match_finite_difference_jacobian(entropy, z, T, mass, damping):
+    # the fixed point from the direct root solver (scipy brentq), independent of the dynamics
+    rho = np.asarray(fd.solve_stationary(entropy, z, T, method="scipy").rho)
+    sp = fd.relaxation_spectrum(entropy, z, T, mass=mass, damping=damping, rho=rho)
+    inertial = mass > 0
+    fd_eigs = fd_tangent_eigenvalues(sphere_field(entropy, z, T, mass, damping), np.sqrt(rho), inertial)
+    rates = np.asarray(sp.rates)
+    want = rates.ravel() if inertial else rates[:, 0]
+    # tolerance 1e-6 x the largest rate: central differences with step 1e-6
+    scale = np.max(np.abs(want))
+    np.testing.assert_allclose(_sorted(fd_eigs), _sorted(want), atol=1e-6 * scale, rtol=0)
+    # each mode satisfies m s^2 + gamma s + omega^2 = 0
+    s = rates[:, 0]
+    np.testing.assert_allclose(mass * s**2 + damping * s + np.asarray(sp.omega2), 0, atol=1e-12 * scale**2 + 1e-12)
+    # boundary modes are exactly the components a sparse fixed point leaves at 0
+    assert int(np.sum(sp.boundary)) == int(np.sum(rho == 0))
+    if isinstance(entropy, fd.Tsallis):
+        assert np.sum(rho == 0) >= 1
+
+
+def test_shannon_isotropic_and_regimes():
+    """Shannon: omega_k^2 = T for every mode (closed form); regimes flip at gamma^2 = 4 m T."""
+    z, T, m = np.array([2.0, 0.1, -0.4, 0.9, -3.0, 0.0]), 1.7, 0.6
+    gc = 2 * np.sqrt(m * T)
+    for gamma, regime in ((0.5 * gc, fd.UNDERDAMPED), (gc, fd.CRITICAL), (2 * gc, fd.OVERDAMPED)):
+        sp = fd.relaxation_spectrum(fd.Shannon(), z, T, mass=m, damping=gamma)
+        np.testing.assert_allclose(sp.omega2, T, rtol=1e-12)
+        assert np.all(np.asarray(sp.regime) == regime)
+    # Kaniadakis spreads the spectrum (MATH.md §6), stiffest at the low-weight keys
+    sp = fd.relaxation_spectrum(fd.Kaniadakis(0.5), z, T, mass=m, damping=1.0)
+    assert np.ptp(np.asarray(sp.omega2)) > 0.1 * T
