@@ -194,10 +194,12 @@ class Tsallis(AbstractSeparableEntropy):
         p = _concrete(1.0 / (q - 1)) if _concrete(q) is not None else None
         if p is not None and p == round(p) and 1 <= p <= 4:
             # integer exponent (q = 2, 3/2, 4/3, 5/4): a few multiplies instead of exp/log
-            x = jnp.where(active, base, 0.0) ** int(round(p))
+            b = jnp.where(active, base, 0.0)
+            x = b ** int(round(p))
+            slope = jnp.where(active, b ** (int(round(p)) - 1) / q, 0.0)
         else:
             x = jnp.where(active, jnp.exp(jnp.log1p((q - 1) * y / q) / (q - 1)), 0.0)
-        slope = jnp.where(active, x / (q * base_safe), 0.0)
+            slope = jnp.where(active, x / (q * base_safe), 0.0)
         return x, slope
 
     def _terms(self, rho):
@@ -242,16 +244,16 @@ class Kaniadakis(AbstractSeparableEntropy):
         return 1.0
 
     def inverse_shifted(self, y):
-        # G(x) = 1 + y  <=>  x^k = (k w + sqrt(k^2 w^2 + 1 - k^2))/(1 + k),  w = 1 + y.
+        # G(x) = 1 + y  <=>  x^k = u = (k w + r)/(1 + k),  w = 1 + y,  r = sqrt(k^2 w^2 + 1 - k^2).
+        # Since (k w + r)(r - k w) = 1 - k^2:  ln u = sign(w) ln(k|w| + r) + [w<0] ln(1-k^2)
+        # - ln(1+k), one log and no cancellation in the deep tail; and dx/dy = x / r.
         k = self._k
         w = 1.0 + y
-        root = jnp.hypot(k * w, jnp.sqrt(1 - k**2))
-        # Rationalized for w < 0 so the deep tail does not cancel.
-        num = jnp.where(w >= 0, k * w + root, (1 - k**2) / (root - k * w))
-        u = num / (1 + k)
-        x = jnp.exp(jnp.log(u) / k)
-        slope = 2 * x * u / ((1 + k) * u**2 + (1 - k))
-        return x, slope
+        r = jnp.sqrt((k * w) ** 2 + (1 - k**2))
+        L = jnp.log(k * jnp.abs(w) + r)
+        log_u = jnp.where(w >= 0, L, jnp.log(1 - k**2) - L) - jnp.log(1 + k)
+        x = jnp.exp(log_u / k)
+        return x, x / r
 
     def _terms(self, rho):
         log, pos = _safe_log(rho)

@@ -226,7 +226,7 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None):
     lam = _normalization_power(entropy)
     is_abe = isinstance(entropy, Abe)
     newton_only_bad = isinstance(entropy, Tsallis)
-    use_newton = ~(entropy.q > 2) if newton_only_bad else True
+    use_newton = jnp.logical_not(jnp.asarray(entropy.q) > 2) if newton_only_bad else True
 
     def components(nu, aux):
         y = jnp.where(keep, (z - nu) / T, 0.0)

@@ -70,7 +70,9 @@ def test_masked_shannon_matches_handwritten_and_empty_rows_are_zero():
     assert np.all(np.isfinite(np.asarray(g)))
 
 
-@pytest.mark.parametrize("entropy", [fd.Tsallis(1.5), fd.Kaniadakis(0.3)])
+@pytest.mark.parametrize(
+    "entropy", [fd.Tsallis(1.5), fd.Kaniadakis(0.3)]
+)
 def test_mask_equals_deleting_keys(entropy):
     # Reference: the definition of a mask: masking key j is attention over the other keys.
     # Masked keys get exactly zero weight and zero gradient. Tolerance 1e-12.
@@ -78,13 +80,16 @@ def test_mask_equals_deleting_keys(entropy):
     mask = np.ones((NQ, NK), bool)
     mask[:, drop] = False
     keep = np.arange(NK) != drop
-    attend = jax.jit(lambda q, k, v, m: fd.attention(q, k, v, entropy, 1.3, m))
-    out = attend(Q[0], K[0], V[0], jnp.asarray(mask))
-    ref = attend(Q[0], K[0][keep], V[0][keep], None)
+
+    def masked(k, v):
+        out = fd.attention(Q[0], k, v, entropy, 1.3, jnp.asarray(mask))
+        return jnp.sum(jnp.sin(out)), out
+
+    (_, out), (gk, gv) = jax.jit(jax.value_and_grad(masked, argnums=(0, 1), has_aux=True))(
+        K[0], V[0]
+    )
+    ref = jax.jit(lambda k, v: fd.attention(Q[0], k, v, entropy, 1.3))(K[0][keep], V[0][keep])
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=0, atol=1e-12)
-    gk, gv = jax.jit(jax.grad(
-        lambda k, v: jnp.sum(jnp.sin(attend(Q[0], k, v, jnp.asarray(mask)))), argnums=(0, 1)
-    ))(K[0], V[0])
     assert np.all(np.asarray(gk)[drop] == 0.0) and np.all(np.asarray(gv)[drop] == 0.0)
 
 
@@ -99,7 +104,9 @@ def test_tsallis2_is_sparsemax_attention():
     np.testing.assert_allclose(np.asarray(out), ref_w @ V, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("entropy", [fd.Kaniadakis(0.3), fd.Tsallis(1.5)])
+@pytest.mark.parametrize(
+    "entropy", [fd.Kaniadakis(0.3), fd.Tsallis(1.5)]
+)
 def test_gradients_match_finite_differences(entropy):
     # Reference: central finite differences of the forward operator (step 1e-5, float64:
     # truncation ~1e-10, rounding ~1e-11) along random directions, against reverse-mode
@@ -133,7 +140,8 @@ def test_gradients_match_finite_differences(entropy):
 def test_jit_and_vmap_agree_with_batched_call():
     # Reference: the batched eager call itself (batch axes are independent). Tolerance 1e-14.
     ent = fd.Kaniadakis(0.3)
-    batched, w = jax.jit(lambda q, k, v: (fd.attention(q, k, v, ent), fd.attention_weights(q, k, ent)))(Q, K, V)
+    both = jax.jit(lambda q, k, v: (fd.attention(q, k, v, ent), fd.attention_weights(q, k, ent)))
+    batched, w = both(Q, K, V)
     mapped = jax.jit(jax.vmap(lambda q, k, v: fd.attention(q, k, v, ent)))(Q, K, V)
     np.testing.assert_allclose(np.asarray(mapped), np.asarray(batched), rtol=0, atol=1e-14)
     np.testing.assert_allclose(np.asarray(w.sum(-1)), 1.0, rtol=0, atol=1e-13)
