@@ -68,3 +68,8 @@ from ._abe import (
     abe_expansion as abe_expansion,
     abe_series as abe_series,
 )
+from ._table import (
+    format_operator_table as format_operator_table,
+    measure_tail as measure_tail,
+    operator_table as operator_table,
+)

@@ -117,7 +117,8 @@ def _recall_task(key, batch, n_pairs, dim, n_flip, n_classes, dtype):
     query = jnp.take_along_axis(keys, target[:, None, None], axis=1)[:, 0] * flip
     onehot = jax.nn.one_hot(labels_ctx, n_classes, dtype=dtype)
     ctx = jnp.concatenate([keys, onehot, jnp.zeros((batch, n_pairs, 1), dtype)], -1)
-    qtok = jnp.concatenate([query, jnp.zeros((batch, n_classes), dtype), jnp.ones((batch, 1), dtype)], -1)
+    qtok = jnp.concatenate(
+        [query, jnp.zeros((batch, n_classes), dtype), jnp.ones((batch, 1), dtype)], -1)
     tokens = jnp.concatenate([ctx, qtok[:, None]], axis=1)
     labels = jnp.take_along_axis(labels_ctx, target[:, None], axis=1)[:, 0]
     return RecallBatch(tokens, labels, target)
@@ -265,7 +266,8 @@ class LoopedTransformer(eqx.Module):
 
     def _heads(self, lin, x):
         n = x.shape[0]
-        return jax.vmap(lin)(x).reshape(n, self.config.n_heads, self.config.d_head).transpose(1, 0, 2)
+        y = jax.vmap(lin)(x).reshape(n, self.config.n_heads, self.config.d_head)
+        return y.transpose(1, 0, 2)
 
     def _attend(self, x, e):
         """Scores, weights and attention output at state x (re-injected input e)."""
@@ -568,7 +570,8 @@ class LoopedPaths(eqx.Module):
 
     - `attn` `(loops + 1, batch, heads, n_ctx)`: each head's full attention row of the
       query token at states $x_0..x_n$ (rows sum to 1; `n_ctx = n_pairs + 1`, the last
-      entry is the query attending to itself).
+      entry is the query attending to itself). Row l is the attention that drives the
+      step $x_l \to x_{l+1}$; the last one is computed at the final state.
     - `scores` same shape: the raw scores $z = q\\cdot k$ that produced them (the
       normalizer is `stationary(entropy, scores, T)`).
     - `logits` `(loops + 1, batch, n_classes)`: the readout at each state.

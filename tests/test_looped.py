@@ -123,7 +123,10 @@ def test_first_loop_attention_is_fd_attention(trained, problems, paths):
     @jax.jit
     def first_rows(tok):
         y = jax.vmap(m.ln_attn)(jax.vmap(m.embed)(tok))
-        split = lambda w: jax.vmap(w)(y).reshape(-1, TINY.n_heads, TINY.d_head).swapaxes(0, 1)  # noqa: E731
+
+        def split(w):
+            return jax.vmap(w)(y).reshape(-1, TINY.n_heads, TINY.d_head).swapaxes(0, 1)
+
         return fd.attention_weights(split(m.wq), split(m.wk), ENTROPY)[:, -1]
 
     rows = jax.vmap(first_rows)(tokens)
