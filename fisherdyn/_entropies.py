@@ -208,6 +208,12 @@ class Tsallis(AbstractSeparableEntropy):
         val = -rho * jnp.expm1((self.q - 1) * log) / (self.q - 1)
         return jnp.where(pos, val, 0.0)
 
+    def value(self, rho, mask=None):
+        # (1 - sum rho^q)/(q-1) = (1 - sum rho)/(q-1) + sum rho (1 - rho^(q-1))/(q-1):
+        # the first term vanishes on the simplex but keeps grad(value) exact off it.
+        total = _masked_sum(rho, mask)
+        return (1.0 - total) / (self.q - 1) + _masked_sum(self._terms(rho), mask)
+
 
 class Kaniadakis(AbstractSeparableEntropy):
     """$S_\\kappa = -\\sum \\rho(\\rho^\\kappa - \\rho^{-\\kappa})/(2\\kappa)$, 0 < |kappa| < 1.
@@ -247,11 +253,13 @@ class Kaniadakis(AbstractSeparableEntropy):
         # G(x) = 1 + y  <=>  x^k = u = (k w + r)/(1 + k),  w = 1 + y,  r = sqrt(k^2 w^2 + 1 - k^2).
         # Since (k w + r)(r - k w) = 1 - k^2:  ln u = sign(w) ln(k|w| + r) + [w<0] ln(1-k^2)
         # - ln(1+k), one log and no cancellation in the deep tail; and dx/dy = x / r.
+        # ln u = O(kappa) is formed with log1p so that ln(u)/kappa stays exact as kappa -> 0.
         k = self._k
         w = 1.0 + y
         r = jnp.sqrt((k * w) ** 2 + (1 - k**2))
-        L = jnp.log(k * jnp.abs(w) + r)
-        log_u = jnp.where(w >= 0, L, jnp.log(1 - k**2) - L) - jnp.log(1 + k)
+        r_minus_1 = k**2 * (w * w - 1) / (r + 1)
+        L = jnp.log1p(k * jnp.abs(w) + r_minus_1)
+        log_u = jnp.where(w >= 0, L, jnp.log1p(-(k**2)) - L) - jnp.log1p(k)
         x = jnp.exp(log_u / k)
         return x, x / r
 
@@ -362,17 +370,28 @@ class Abe(AbstractSeparableEntropy):
         dA0 = 1.0 / jnp.sqrt(1 + (1.0 + log) ** 2)
         return jnp.where(eps == 0, A0, A), jnp.where(eps == 0, dA0, dA)
 
+    def log_guess(self, y):
+        r"""Starting point for the inversion of $G(e^l) = 1 + y$: the Shannon core
+        $l = y$, or in the deep tail the asymptote $-e^{(c-s)l - \epsilon}/(2s) = 1 + y$."""
+        eps = self.eps
+        s = jnp.sinh(eps)
+        c = 2 * jnp.sinh(eps / 2) ** 2
+        w = 1.0 + y
+        tail = (jnp.log(jnp.maximum(-w, 1.0)) + eps + jnp.log(2 * s)) / jnp.where(eps == 0, -1.0, c - s)
+        tail = jnp.where((eps == 0) | (w > -1.0), -jnp.inf, tail)
+        return jnp.minimum(jnp.maximum(y, tail), 0.0)
+
     def inverse_shifted(self, y):
         """Newton on asinh G(l) = asinh(1 + y) in l = ln x, which is nearly linear both in
         the Shannon core and in the algebraic tails; converges in a handful of steps."""
         import jax
 
         target = jnp.arcsinh(1.0 + y)
-        log0 = jnp.minimum(y, 0.0)
+        log0 = self.log_guess(y)
 
         def body(_, log):
             A, dA = self.asinh_G_of_log(log)
-            return jnp.minimum(log - jnp.clip((A - target) / dA, -30.0, 30.0), 1.0)
+            return jnp.minimum(log - jnp.clip((A - target) / dA, -100.0, 100.0), 1.0)
 
         log = jax.lax.fori_loop(0, 40, body, log0)
         x = jnp.exp(log)

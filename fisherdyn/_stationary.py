@@ -169,7 +169,7 @@ def _abe_component(entropy, y, log, steps=3):
 
     def step(_, log):
         A, dA = entropy.asinh_G_of_log(log)
-        return jnp.minimum(log - jnp.clip((A - target) / dA, -30.0, 30.0), 1.0)
+        return jnp.minimum(log - jnp.clip((A - target) / dA, -100.0, 100.0), 1.0)
 
     log = jax.lax.fori_loop(0, steps, step, log, unroll=True)
     A, dA = entropy.asinh_G_of_log(log)
@@ -179,7 +179,7 @@ def _abe_component(entropy, y, log, steps=3):
 
 
 def _normalization_power(entropy):
-    """Box-Cox power lam: the solver zeroes $h = (S^{lam} - 1)/lam$ ($\log S$ at lam = 0),
+    r"""Box-Cox power lam: the solver zeroes $h = (S^{lam} - 1)/lam$ ($\log S$ at lam = 0),
     $S(\nu) = \sum_i\rho_i(\nu)$. The power makes h exactly linear in nu when one key is
     active (Shannon: log; Tsallis: q - 1; Burg: -1), so Newton needs few steps; for
     Tsallis 1 < q <= 2, $S^{q-1} = \|(1 + a(z-\nu))_+\|_p$ is convex in nu and Newton from
@@ -201,7 +201,7 @@ def _boxcox(S, dS, lam):
 
 
 def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None):
-    """Solve $\hat G(\rho_i) = (z_i - \nu)/T$, $\sum\rho = 1$ for every row.
+    r"""Solve $\hat G(\rho_i) = (z_i - \nu)/T$, $\sum\rho = 1$ for every row.
 
     Bracketed Newton on a Box-Cox transform of $S(\nu) = \sum\rho(\nu)$, with an Illinois
     (modified regula falsi) step whenever Newton leaves the bracket; Tsallis q > 2 uses
@@ -212,7 +212,7 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None):
     dtype = z.dtype
     eps = jnp.finfo(dtype).eps
     tol = 4 * eps
-    inner_tol = 16 * eps
+    inner_tol = 256 * eps
     if max_iter is None:
         max_iter = 200
     T = jnp.asarray(T, dtype)
@@ -220,9 +220,13 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None):
     z = jnp.broadcast_to(z, row_shape[:-1] + z.shape[-1:])
     keep = jnp.broadcast_to(keep, z.shape)
     n = jnp.sum(keep, -1, keepdims=True).astype(dtype)
+    # Work relative to the row maximum, so nu is resolved at the scale of T, not of |z|.
     zmax = _row_max(z, keep)
-    lo = zmax
-    hi = jnp.maximum(zmax - T * entropy.G_shifted(1.0 / n), lo)
+    z = jnp.where(keep, z - zmax, 0.0)
+    if nu0 is not None:
+        nu0 = nu0 - zmax
+    lo = jnp.zeros_like(zmax)
+    hi = jnp.maximum(-T * entropy.G_shifted(1.0 / n), lo)
     lam = _normalization_power(entropy)
     is_abe = isinstance(entropy, Abe)
     newton_only_bad = isinstance(entropy, Tsallis)
@@ -231,7 +235,9 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None):
     def components(nu, aux):
         y = jnp.where(keep, (z - nu) / T, 0.0)
         if is_abe:
-            rho, slope, aux, inner = _abe_component(entropy, y, aux)
+            # a fresh start from the asymptotic guess each time (no warm start), so that
+            # every evaluation of S(nu) is the same function of nu and brackets stay valid
+            rho, slope, aux, inner = _abe_component(entropy, y, entropy.log_guess(y), steps=6)
             inner = jnp.max(jnp.where(keep, inner, 0.0), -1, keepdims=True)
         else:
             rho, slope = entropy.inverse_shifted(y)
@@ -245,7 +251,7 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None):
         return h, dh, aux, inner
 
     nu = lo if nu0 is None else jnp.clip(jnp.broadcast_to(nu0, lo.shape), lo, hi)
-    aux0 = jnp.where(keep, jnp.minimum((z - nu) / T, 0.0), 0.0) if is_abe else jnp.zeros((), dtype)
+    aux0 = jnp.where(keep, entropy.log_guess((z - nu) / T), 0.0) if is_abe else jnp.zeros((), dtype)
     h, dh, aux, inner = evaluate(nu, aux0)
     if newton_only_bad:
         h_hi = jnp.where(use_newton, jnp.nan, jnp.minimum(evaluate(hi, aux0)[0], 0.0))
@@ -296,7 +302,7 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None):
     out = jax.lax.while_loop(cond, body, state)
     _solve_separable.last_iterations = out.it
     rho, slope, _, _ = components(out.nu, out.aux)
-    return rho, out.nu, slope
+    return rho, out.nu + zmax, slope
 
 
 def _softmax(z, keep, T):
