@@ -23,7 +23,7 @@ def _g4(ell):
 
 
 class AbeExpansion(eqx.Module):
-    """Coefficients of $\\rho_i = p_i(1 + \\epsilon^2 c_{2,i} + \\epsilon^4 c_{4,i} + O(\\epsilon^6))$
+    """Coefficients of $\\rho_i = p_i(1 + \\epsilon^2 c_{2,i} + \\epsilon^4 c_{4,i} + \\dots)$
     and $\\lambda = \\lambda_0 + \\epsilon^2\\lambda_2 + \\epsilon^4\\lambda_4 + O(\\epsilon^6)$
     (convention $T G(\\rho_i) - z_i = \\lambda$), $q = e^\\epsilon$.
 
@@ -51,7 +51,7 @@ class AbeExpansion(eqx.Module):
         return self.p * (1 + corr)
 
     def lam(self, eps, order: int = 4):
-        """The truncated multiplier $\\lambda_0 + \\epsilon^2\\lambda_2 [+ \\epsilon^4\\lambda_4]$."""
+        """The truncated multiplier (order 2 or 4, see the class docstring)."""
         if order not in (2, 4):
             raise ValueError(f"order must be 2 or 4, got {order}")
         eps = jnp.asarray(eps)

@@ -2,27 +2,34 @@
 
 `solve_stationary` solves the stationary conditions of MATH.md §2,
 
-$$T\\,G(\\rho_i) - z_i - \\lambda = 0 \\ (i \\in \\mathrm{supp}\\,\\rho), \\qquad \\sum_i \\rho_i = 1,$$
+$$T\\,G(\\rho_i) - z_i - \\lambda = 0 \\ (\\rho_i > 0), \\qquad \\sum_i \\rho_i = 1,$$
 
 with general-purpose root finders (optimistix or scipy) and nothing else. It shares no solver
 code with `fisherdyn/_stationary.py` (it does not import it) and exists to cross-check it:
 
-- The multiplier $\\lambda$ is the unknown of a scalar monotone equation
-  $\\sum_i G^{-1}((z_i + \\lambda)/T) = 1$, bracketed exactly by
-  $[T G(1/(2n)) - \\max z,\\ T G(1) - \\max z]$ (at the ends the top weight is $1/(2n)$ and 1).
-- Each weight is $\\rho_i = G^{-1}((z_i + \\lambda)/T)$, found by a component root solve in
-  $\\ell = \\ln\\rho_i$ of $\\mathrm{asinh}\\,G(e^\\ell) = \\mathrm{asinh}\\,y$ (nearly linear in
-  $\\ell$ for every family), on $\\ell \\in [-700, 1]$; weights whose law value lies below
-  $G(e^{-700})$ are exactly 0 (this is the Tsallis q > 1 cutoff $T G(0^+) - z_i \\ge \\lambda$).
+- The multiplier is the unknown of a scalar monotone equation. It is solved in the gauge of
+  the shifted law $\\hat G = G - G(1)$ (`entropy.G_shifted`), $\\nu = \\lambda - T G(1)$:
+  $\\sum_i \\hat G^{-1}((z_i + \\nu)/T) = 1$, bracketed by
+  $[T\\hat G(1/(2n)) - \\max z,\\ T\\hat G(2) - \\max z]$ (top weight $1/(2n)$ and 2 at the
+  ends: the sum is below and above 1 even for a one-hot solution). The shift keeps the
+  near-Shannon limits (Tsallis q -> 1, where G(1) = q/(q-1)) well conditioned; `lam` is
+  reported in the convention $T G(\\rho_i) - z_i = \\lambda$.
+- Each weight is $\\rho_i = \\hat G^{-1}(y_i)$, found by a component root solve in
+  $\\ell = \\ln\\rho_i$ of $\\mathrm{asinh}\\,\\hat G(e^\\ell) = \\mathrm{asinh}\\,y_i$ (nearly
+  linear in $\\ell$ for every family) on $\\ell \\in [-700, 1]$; weights whose law value lies
+  below $\\hat G(e^{-700})$ are exactly 0 (this is the Tsallis q > 1 cutoff
+  $T G(0^+) - z_i \\ge \\lambda$).
 - Renyi / Sharma-Mittal: the Tsallis map at $T_{eff} = T\\phi(M)$ with the self-consistency
-  $\\ln M_q(\\rho) = \\ln M$ solved in $\\ln M$: a grid scan over the whole range of $M$
-  brackets every root, each is refined, and the branch of least free energy is returned
-  (or, with `M0=`, the root nearest to $M_0$ in $\\ln M$).
+  $\\ln M_q(\\rho) = \\ln M$ solved in $\\ln M$: a grid scan (`n_grid` points) over the whole
+  range of $M$ brackets every root, each bracket is refined, and the root of least free
+  energy is returned (or, with `M0=`, the root nearest to $M_0$ in $\\ln M$).
 
 `method="optimistix"`: JAX, every root by `optx.Bisection` (robust bracketing) followed by an
 `optx.Newton` polish clipped to the bracket; the separable component laws are inverted
-numerically from `entropy.G` alone (no closed forms), the Tsallis profile of Renyi /
-Sharma-Mittal by its closed form. jit/vmap compatible.
+numerically from `entropy.G_shifted` alone (no closed forms), the Tsallis profile of Renyi /
+Sharma-Mittal by its closed form. jit/vmap compatible. Derivatives (jacfwd/grad) come from
+the implicit function theorem at the solution: custom JVPs of the component and multiplier
+solves (MATH.md §3) and optimistix's implicit adjoint for log M; no iteration is unrolled.
 `method="scipy"`: float64 numpy, `scipy.optimize.brentq` for the multiplier, for $\\ln M$ and
 for the component laws without a closed form (Abe); closed-form inverses written here from
 MATH.md §2 for Shannon, Tsallis, Kaniadakis and Burg.
@@ -34,8 +41,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
-import numpy as np
 import lineax as lx
+import numpy as np
 import optimistix as optx
 import scipy.optimize
 
@@ -150,21 +157,29 @@ def _bisect_then_newton(fn, args, lower, upper, y0, tol_bisect=1e-9, tol_newton=
     return newton.value, ok
 
 
+def _law_value(law, l):
+    """$\\hat G(e^l)$, finite: a NaN (overflow of a product form at extreme l, where the
+    law is at its lowest) reads as -1e300."""
+    g = law.G_shifted(jnp.exp(l))
+    return jnp.clip(jnp.where(jnp.isnan(g), -_BIG, g), -_BIG, _BIG)
+
+
 def _component_fn(l, args):
     law, y = args
-    return jnp.arcsinh(jnp.clip(law.G(jnp.exp(l)), -_BIG, _BIG)) - jnp.arcsinh(y)
+    return jnp.arcsinh(_law_value(law, l)) - jnp.arcsinh(y)
 
 
 @eqx.filter_custom_jvp
 def _invert_component(law, y):
-    """$\\rho = G^{-1}(y)$ from the law alone; 0 below $G(e^{-700})$. Returns (rho, ok)."""
+    """$\\rho = \\hat G^{-1}(y)$, $\\hat G = G - G(1)$, from the law alone; 0 below
+    $\\hat G(e^{-700})$. Returns (rho, ok)."""
     dtype = y.dtype
-    g_lo = law.G(jnp.exp(jnp.asarray(_L_LO, dtype)))
-    g_hi = law.G(jnp.exp(jnp.asarray(_L_HI, dtype)))
+    g_lo = _law_value(law, jnp.asarray(_L_LO, dtype))
+    g_hi = _law_value(law, jnp.asarray(_L_HI, dtype))
     below = y <= g_lo
     outside = below | (y >= g_hi) | ~jnp.isfinite(y)
-    # a harmless in-range target where there is no root in the bracket (masked later)
-    y_use = jnp.where(outside, law.G(jnp.asarray(1.0, dtype)), y)
+    # a harmless in-range target (root l = 0) where there is no root in the bracket
+    y_use = jnp.where(outside, 0.0, y)
     l0 = jnp.asarray(0.5 * (_L_LO + _L_HI), dtype)
     l, ok = _bisect_then_newton(
         _component_fn, (law, y_use), jnp.asarray(_L_LO, dtype), jnp.asarray(_L_HI, dtype), l0
@@ -175,13 +190,13 @@ def _invert_component(law, y):
 
 
 def _law_terms(law, rho):
-    """(G(rho), G'(rho)) by autodiff of the law (rho > 0)."""
-    return jax.value_and_grad(law.G)(rho)
+    """(G(rho) - G(1), G'(rho)) by autodiff of the shifted law (rho > 0)."""
+    return jax.value_and_grad(law.G_shifted)(rho)
 
 
 @_invert_component.def_jvp
 def _invert_component_jvp(primals, tangents):
-    # implicit function theorem on G(rho) = y: d rho = (dy - dG/dparams) / G'(rho)
+    # implicit function theorem on G^(rho) = y: d rho = (dy - dG^/dparams) / G'(rho)
     law, y = primals
     t_law, t_y = tangents
     rho, ok = _invert_component(law, y)
@@ -190,38 +205,49 @@ def _invert_component_jvp(primals, tangents):
     _, Gp = _law_terms(law, x)
     t = jnp.zeros_like(y) if t_y is None else t_y
     if t_law is not None and jtu.tree_leaves(t_law):
-        t = t - eqx.filter_jvp(lambda L: L.G(x), (law,), (t_law,))[1]
+        t = t - eqx.filter_jvp(lambda L: L.G_shifted(x), (law,), (t_law,))[1]
     return (rho, ok), (jnp.where(on, t / Gp, 0.0), None)
 
 
+# The profiles work in the gauge of the shifted law $\\hat G = G - G(1)$ and the shifted
+# multiplier $\\nu = \\lambda - T G(1)$: $T\\hat G(\\rho_i) = z_i + \\nu$. This keeps the
+# near-Shannon limits (Tsallis q -> 1, where G(1) = q/(q-1) is huge) well conditioned.
+
+
 class _LawProfile(eqx.Module):
-    """Separable family: $\\rho_i = G^{-1}((z_i + \\lambda)/T)$ by component root solves."""
+    """Separable family: $\\rho_i = \\hat G^{-1}((z_i + \\nu)/T)$ by component root solves."""
 
     law: AbstractSeparableEntropy
 
-    def G(self, x):
-        return self.law.G(x)
+    def G_shifted(self, x):
+        return self.law.G_shifted(x)
 
-    def __call__(self, z, keep, T, lam):
-        one = self.law.G(jnp.asarray(1.0, z.dtype))
-        y = jnp.where(keep, (z + lam) / T, one)
+    def G1(self):
+        return self.law.G1()
+
+    def __call__(self, z, keep, T, nu):
+        y = jnp.where(keep, (z + nu) / T, 0.0)
         rho, ok = jax.vmap(lambda yi: _invert_component(self.law, yi))(y)
         return jnp.where(keep, rho, 0.0), jnp.all(ok | ~keep)
 
 
 class _TsallisProfile(eqx.Module):
-    """Closed-form Tsallis profile $[(q-1)(z_i+\\lambda)/(qT)]_+^{1/(q-1)}$ (MATH.md §2)."""
+    """Closed-form Tsallis profile (MATH.md §2) in the shifted gauge:
+    $\\rho_i = [1 + (q-1) y_i/q]_+^{1/(q-1)}$, $y_i = (z_i + \\nu)/T$."""
 
     q: jax.Array
 
-    def G(self, x):
-        return self.q * x ** (self.q - 1) / (self.q - 1)
+    def G_shifted(self, x):
+        return self.q * jnp.expm1((self.q - 1) * jnp.log(x)) / (self.q - 1)
 
-    def __call__(self, z, keep, T, lam):
+    def G1(self):
+        return self.q / (self.q - 1)
+
+    def __call__(self, z, keep, T, nu):
         q = self.q
-        base = (q - 1) * (z + lam) / (q * T)
-        pos = keep & (base > 0)
-        rho = jnp.where(pos, jnp.exp(jnp.log(jnp.where(pos, base, 1.0)) / (q - 1)), 0.0)
+        u = (q - 1) * (z + nu) / (q * T)
+        pos = keep & (u > -1)
+        rho = jnp.where(pos, jnp.exp(jnp.log1p(jnp.where(pos, u, 0.0)) / (q - 1)), 0.0)
         return rho, jnp.asarray(True)
 
 
@@ -233,13 +259,13 @@ def _multiplier_fn(a, args):
 
 @eqx.filter_custom_jvp
 def _solve_multiplier(profile, z, keep, T):
-    """Find $\\lambda$ with $\\sum\\rho(\\lambda) = 1$ in the exact bracket. Returns
-    (rho, lam, ok)."""
+    """Find the shifted multiplier $\\nu$ with $\\sum\\rho(\\nu) = 1$ in the exact bracket.
+    Returns (rho, nu, ok)."""
     dtype = z.dtype
     n = jnp.sum(keep).astype(dtype)
     zmax = jnp.max(jnp.where(keep, z, -jnp.inf))
-    lam_hi = T * profile.G(jnp.asarray(1.0, dtype)) - zmax
-    lam_lo = T * profile.G(1.0 / (2.0 * n)) - zmax
+    lam_hi = T * profile.G_shifted(jnp.asarray(2.0, dtype)) - zmax
+    lam_lo = T * profile.G_shifted(1.0 / (2.0 * n)) - zmax
     width = lam_hi - lam_lo
     args = (profile, z, keep, T, lam_lo, width)
     zero, one = jnp.asarray(0.0, dtype), jnp.asarray(1.0, dtype)
@@ -251,10 +277,10 @@ def _solve_multiplier(profile, z, keep, T):
 
 @_solve_multiplier.def_jvp
 def _solve_multiplier_jvp(primals, tangents):
-    # Differentiate T G(rho_i) = z_i + lam, sum rho = 1 (MATH.md §3) so that Newton polishes
+    # Differentiate T G^(rho_i) = z_i + nu, sum rho = 1 (MATH.md §3) so that Newton polishes
     # around this solve never differentiate through the root finders themselves:
-    # d rho = c (zeta + d lam), d lam = -(c.zeta)/sum c, c = 1/(T G'(rho)) on the support,
-    # zeta = dz - G dT - T dG/dparams.
+    # d rho = c (zeta + d nu), d nu = -(c.zeta)/sum c, c = 1/(T G'(rho)) on the support,
+    # zeta = dz - G^ dT - T dG^/dparams.
     profile, z, keep, T = primals
     t_profile, t_z, _, t_T = tangents
     rho, lam, ok = _solve_multiplier(profile, z, keep, T)
@@ -266,18 +292,24 @@ def _solve_multiplier_jvp(primals, tangents):
     if t_T is not None:
         zeta = zeta - G * t_T
     if t_profile is not None and jtu.tree_leaves(t_profile):
-        zeta = zeta - T * eqx.filter_jvp(lambda P: P.G(x), (profile,), (t_profile,))[1]
+        zeta = zeta - T * eqx.filter_jvp(lambda P: P.G_shifted(x), (profile,), (t_profile,))[1]
     zeta = jnp.where(on, zeta, 0.0)
     t_lam = -jnp.sum(c * zeta) / jnp.sum(c)
     return (rho, lam, ok), (c * (zeta + t_lam), t_lam, None)
 
 
 def _solve_separable_optx(entropy, z, keep, T):
-    return _solve_multiplier(_LawProfile(entropy), z, keep, T)
+    """(rho, lambda, ok) in the convention T G(rho_i) - z_i = lambda."""
+    profile = _LawProfile(entropy)
+    rho, nu, ok = _solve_multiplier(profile, z, keep, T)
+    return rho, nu + T * profile.G1(), ok
 
 
 def _solve_tsallis_optx(q, z, keep, T):
-    return _solve_multiplier(_TsallisProfile(q), z, keep, T)
+    """(rho, lambda, ok) of the Tsallis map at temperature T."""
+    profile = _TsallisProfile(q)
+    rho, nu, ok = _solve_multiplier(profile, z, keep, T)
+    return rho, nu + T * profile.G1(), ok
 
 
 def _logM_range(q, n):
@@ -285,9 +317,8 @@ def _logM_range(q, n):
     return jnp.minimum(end, 0.0), jnp.maximum(end, 0.0)
 
 
-def _consistency_fn(b, args):
-    entropy, z, keep, T, lo, width, sign = args
-    logM = lo + b * width
+def _consistency_fn(logM, args):
+    entropy, z, keep, T, sign = args
     T_eff = T * entropy.temperature_factor(jnp.exp(logM))
     rho, _, _ = _solve_tsallis_optx(entropy.q, z, keep, T_eff)
     return sign * (jnp.log(jnp.sum(rho**entropy.q)) - logM)
@@ -319,10 +350,10 @@ def _solve_shaped_optx(entropy, z, keep, T, M0, n_grid):
     ).astype(dtype)
 
     def refine(left, right, sign):
-        args = (entropy, z, keep, T, left, right - left, sign)
-        zero, one = jnp.asarray(0.0, dtype), jnp.asarray(1.0, dtype)
-        b, ok = _bisect_then_newton(_consistency_fn, args, zero, one, jnp.asarray(0.5, dtype))
-        logM = left + b * (right - left)
+        # in log M itself (not a unit coordinate on the bracket): the tolerances then match
+        # the noise floor of the consistency residual whatever the grid spacing
+        args = (entropy, z, keep, T, sign)
+        logM, ok = _bisect_then_newton(_consistency_fn, args, left, right, 0.5 * (left + right))
         T_eff = T * entropy.temperature_factor(jnp.exp(logM))
         rho, lam, ok_rho = _solve_tsallis_optx(q, z, keep, T_eff)
         return rho, lam, logM, ok & ok_rho
@@ -352,56 +383,71 @@ _EPS = np.finfo(np.float64).eps
 
 
 def _np_abe_G(q):
-    """Abe law in a cancellation-free form: with eps = ln q, s = sinh eps,
-    $G = e^{(\\cosh\\epsilon - 1)\\ell}\\sinh(\\epsilon + s\\ell)/s$ (= 1 + l at eps = 0)."""
+    """Abe law. For eps = |ln q| <= 1/2 in the cancellation-free form (s = sinh eps)
+    $G = e^{(\\cosh\\epsilon - 1)\\ell}\\sinh(\\epsilon + s\\ell)/s$ (= 1 + l at eps = 0);
+    beyond, where q - 1/q >= 1 cannot cancel, as written in MATH.md §2 with q = e^eps (its
+    two powers of x stay finite for l >= -700, unlike the product form)."""
     eps = abs(np.log(q))
     if eps == 0.0:
         return lambda x: 1.0 + np.log(x)
+    if eps > 0.5:
+        q = np.exp(eps)
+
+        def G_direct(x):
+            ell = np.log(x)
+            return (q * np.exp((q - 1) * ell) - np.exp((1 / q - 1) * ell) / q) / (q - 1 / q)
+
+        return G_direct
     s = np.sinh(eps)
     c = 2.0 * np.sinh(eps / 2) ** 2
 
     def G(x):
         ell = np.log(x)
-        with np.errstate(over="ignore", invalid="ignore"):
-            return np.exp(c * ell) * np.sinh(eps + s * ell) / s
+        return np.exp(c * ell) * np.sinh(eps + s * ell) / s
 
     return G
 
 
 def _np_law(entropy):
-    """(G, G_inverse or None) in numpy, written from the table of MATH.md §2."""
+    """(G^, G^ inverse or None, G(1)) in numpy, written from the table of MATH.md §2, in the
+    shifted gauge G^ = G - G(1) (see the optimistix profiles)."""
     if isinstance(entropy, Shannon):
-        return (lambda x: 1.0 + np.log(x)), (lambda y: np.exp(y - 1.0))
+        return np.log, np.exp, 1.0
     if isinstance(entropy, Tsallis):
         q = float(entropy.q)
 
         def inv(y):
-            base = (q - 1) * y / q
-            pos = base > 0
-            with np.errstate(divide="ignore"):
-                return np.where(pos, np.abs(base) ** (1 / (q - 1)), 0.0)
+            # [1 + (q-1) y/q]_+^(1/(q-1)), through log1p: exact as q -> 1
+            u = (q - 1) * y / q
+            pos = u > -1
+            return np.where(pos, np.exp(np.log1p(np.where(pos, u, 0.0)) / (q - 1)), 0.0)
 
-        return (lambda x: q * x ** (q - 1) / (q - 1)), inv
+        return (lambda x: q * np.expm1((q - 1) * np.log(x)) / (q - 1)), inv, q / (q - 1)
     if isinstance(entropy, Kaniadakis):
         k = abs(float(entropy.kappa))
 
-        def inv(w):
+        def inv(y):
+            w = y + 1.0  # G(x) = w
             root = np.sqrt(k**2 * w**2 + 1 - k**2)
             # k w + root, rationalized for w < 0 (no cancellation in the deep tail)
             num = np.where(w >= 0, k * w + root, (1 - k**2) / (root - k * w))
             return (num / (1 + k)) ** (1 / k)
 
-        return (lambda x: ((1 + k) * x**k - (1 - k) * x ** (-k)) / (2 * k)), inv
+        def G_hat(x):
+            return ((1 + k) * x**k - (1 - k) * x ** (-k)) / (2 * k) - 1.0
+
+        return G_hat, inv, 1.0
     if isinstance(entropy, Burg):
-        return (lambda x: -1.0 / x), (lambda y: -1.0 / y)
+        return (lambda x: 1.0 - 1.0 / x), (lambda y: 1.0 / (1.0 - y)), -1.0
     if isinstance(entropy, Abe):
-        return _np_abe_G(float(entropy.q)), None
-    # any other separable family: its own law through JAX, inverted by brentq
+        G = _np_abe_G(float(entropy.q))
+        return (lambda x: G(x) - 1.0), None, 1.0
+    # any other separable family: its own (shifted) law through JAX, inverted by brentq
 
-    def G(x):
-        return np.asarray(entropy.G(jnp.asarray(x, jnp.float64)))
+    def G_hat(x):
+        return np.asarray(entropy.G_shifted(jnp.asarray(x, jnp.float64)))
 
-    return G, None
+    return G_hat, None, float(entropy.G1())
 
 
 def _np_invert(G, y, flags):
@@ -424,26 +470,28 @@ def _np_invert(G, y, flags):
     return out
 
 
-def _np_solve_multiplier(G, inv, z, T, flags):
-    """brentq for $\\lambda$ in the exact bracket; `inv` None -> component brentq."""
+def _np_solve_multiplier(law, z, T, flags):
+    """brentq for the shifted multiplier nu (T G^(rho_i) = z_i + nu) in the exact bracket;
+    component brentq where the law has no closed-form inverse. Returns (rho, lambda)."""
+    G_hat, inv, G1 = law
     n = z.size
     zmax = np.max(z)
-    lam_hi = T * G(1.0) - zmax
-    lam_lo = T * G(1.0 / (2.0 * n)) - zmax
+    nu_hi = T * G_hat(2.0) - zmax
+    nu_lo = T * G_hat(1.0 / (2.0 * n)) - zmax
 
-    def profile(lam):
-        y = (z + lam) / T
-        return inv(y) if inv is not None else _np_invert(G, y, flags)
+    def profile(nu):
+        y = (z + nu) / T
+        return inv(y) if inv is not None else _np_invert(G_hat, y, flags)
 
-    def f(lam):
-        return np.sum(profile(lam)) - 1.0
+    def f(nu):
+        return np.sum(profile(nu)) - 1.0
 
-    xtol = 4 * _EPS * (T + np.max(np.abs(z)))
-    lam, r = scipy.optimize.brentq(
-        f, lam_lo, lam_hi, xtol=xtol, rtol=4 * _EPS, maxiter=200, full_output=True
+    xtol = 1e-2 * _EPS * T  # the relative part (4 eps |nu|) dominates
+    nu, r = scipy.optimize.brentq(
+        f, nu_lo, nu_hi, xtol=xtol, rtol=4 * _EPS, maxiter=200, full_output=True
     )
     flags.append(r.converged)
-    return profile(lam), lam
+    return profile(nu), nu + T * G1
 
 
 def _np_value(entropy, rho):
@@ -468,14 +516,13 @@ def _np_phi(entropy, M):
 
 def _np_solve_shaped(entropy, z, T, M0, n_grid, flags):
     q = float(entropy.q)
-    G, inv = _np_law(Tsallis(q))
+    law = _np_law(Tsallis(q))
     end = (1 - q) * np.log(z.size)
     lo, hi = min(end, 0.0), max(end, 0.0)
 
     def solve_at(logM):
         T_eff = T * _np_phi(entropy, np.exp(logM))
-        rho, lam = _np_solve_multiplier(G, inv, z, T_eff, flags)
-        return rho, lam
+        return _np_solve_multiplier(law, z, T_eff, flags)
 
     def r(logM):
         rho, _ = solve_at(logM)
@@ -516,8 +563,7 @@ def _solve_scipy(entropy, z, keep, T, M0, n_grid):
     if isinstance(entropy, AbstractTsallisShapedEntropy):
         rho_k, lam = _np_solve_shaped(entropy, zk, T, M0, n_grid, flags)
     else:
-        G, inv = _np_law(entropy)
-        rho_k, lam = _np_solve_multiplier(G, inv, zk, T, flags)
+        rho_k, lam = _np_solve_multiplier(_np_law(entropy), zk, T, flags)
     rho = np.zeros_like(z)
     rho[keep] = rho_k
     return rho, lam, all(flags)

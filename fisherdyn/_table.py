@@ -36,8 +36,11 @@ def _linfit(x, y):
     return coef[1], float(np.sqrt(np.mean((A @ coef - y) ** 2)))
 
 
-def measure_tail(entropy, *, T=1.0, length=200.0, n=401, dtype=jnp.float64) -> dict:
+def measure_tail(entropy, *, T=1.0, length=None, n=401, dtype=jnp.float64) -> dict:
     """Classify the tail of `stationary(entropy, ramp, T)` on $z = \\mathrm{linspace}(0, -L, n)$.
+
+    `length` defaults to min(200, 0.45 T |ln tiny(dtype)|), so that an exponential tail does
+    not underflow to zero within the ramp (float32: about 39 T).
 
     - exact zeros -> `cutoff` (where: the last score with positive weight);
     - otherwise on the far half of the ramp ($z \\le -L/2$) two fits are compared:
@@ -46,29 +49,34 @@ def measure_tail(entropy, *, T=1.0, length=200.0, n=401, dtype=jnp.float64) -> d
       (algebraic, reports the exponent; -1 is Burg's inverse-linear law,
       $-1/\\kappa$ Kaniadakis', $-q/(q-1)$ Abe's). The fit with the smaller rms wins.
     """
+    if length is None:
+        length = min(200.0, 0.45 * T * -np.log(np.finfo(np.dtype(dtype)).tiny))
     z = jnp.linspace(0.0, -length, n, dtype=dtype)
     rho = np.asarray(stationary(entropy, z, T), np.float64)
     zn = np.asarray(z, np.float64)
     if np.any(rho == 0):
         last = int(np.max(np.nonzero(rho > 0)[0]))
         return dict(kind="cutoff", value=float(zn[last]), support=last + 1, n=n,
-                    text=f"cutoff: zero below z={zn[last]:.3g} ({last + 1}/{n} > 0)")
+                    text=f"cutoff: rho=0 for z<={zn[last + 1]:.3g} ({last + 1}/{n} > 0)")
     far = zn <= -length / 2
     lr = np.log(rho[far])
     rate, rms_exp = _linfit(zn[far], lr)
-    # algebraic: ln rho = a + b ln(s - z); the shift s (the multiplier) by a log-grid scan
-    # refined by a bounded 1-D minimization of the fit residual
-    def rms_at(log_s):
-        return _linfit(np.log(np.exp(log_s) - zn[far]), lr)[1]
+    # algebraic: ln rho = a + b ln(s - z). The shift s (minus the multiplier, any sign) is
+    # parametrized by d = s - max(z_far) > 0, found by a log-grid scan of the fit residual
+    # refined by a bounded 1-D minimization.
+    top = np.max(zn[far])
 
-    grid = np.log(np.geomspace(1e-6, 1e4 * length, 241))
-    k = int(np.argmin([rms_at(g) for g in grid]))
+    def fit_at(log_d):
+        return _linfit(np.log(np.exp(log_d) + top - zn[far]), lr)
+
+    grid = np.log(np.geomspace(1e-6 * length, 1e4 * length, 241))
+    k = int(np.argmin([fit_at(g)[1] for g in grid]))
     lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, grid.size - 1)]
-    log_s = scipy.optimize.minimize_scalar(
-        rms_at, bounds=(lo, hi), method="bounded", options=dict(xatol=1e-10)
+    log_d = scipy.optimize.minimize_scalar(
+        lambda g: fit_at(g)[1], bounds=(lo, hi), method="bounded", options=dict(xatol=1e-10)
     ).x
-    b, rms = _linfit(np.log(np.exp(log_s) - zn[far]), lr)
-    best = (b, rms, float(np.exp(log_s)))
+    b, rms = fit_at(log_d)
+    best = (b, rms, float(np.exp(log_d) + top))
     expo, rms_alg, _ = best
     if rms_exp <= rms_alg:
         return dict(kind="exponential", value=float(rate), rms=rms_exp,

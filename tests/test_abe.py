@@ -67,13 +67,14 @@ def test_corrections_are_mean_free_and_lambda0_is_constant():
 
 @pytest.mark.parametrize("source", ["stationary", "scipy"])
 def test_coefficients_against_a_fit_of_the_exact_map(source):
-    """Fit (rho/p - 1)/eps^2 = c2 + c4 eps^2 + c6 eps^4 + c8 eps^6 on 8 values of eps in
-    [0.04, 0.18]: truncation O(eps^8) ~ 1e-6 relative on c2 ... measured; the tolerances
-    below (c2: 1e-7, c4: 1e-4 relative to max|c|) are set by that truncation and by the
-    round-off 1e-16/eps^2 amplified by the fit."""
+    """Richardson-style fit of (rho/p - 1)/eps^2 = c2 + c4 eps^2 + c6 eps^4 + c8 eps^6 on 8
+    values of eps in [0.01, 0.08]. The neglected O(eps^8) terms grow like (ln p)^(3k) for the
+    low-weight keys (here ln p down to -6.1): measured fit error 4e-8 (c2) and 3e-5 (c4)
+    relative for both exact maps, so tolerance 1e-6 (c2, lam2) and 1e-3 (c4, lam4) relative
+    to max|c|; the tight check is the mpmath test below."""
     ex = fd.abe_expansion(jnp.asarray(Z), T)
     p = np.asarray(ex.p)
-    eps = np.linspace(0.04, 0.18, 8)
+    eps = np.linspace(0.01, 0.08, 8)
     rows, lams = [], []
     for e in eps:
         if source == "stationary":
@@ -86,13 +87,13 @@ def test_coefficients_against_a_fit_of_the_exact_map(source):
     V = np.stack([eps**0, eps**2, eps**4, eps**6], 1)
     coef = np.linalg.lstsq(V, A, rcond=None)[0]
     c2, c4 = np.asarray(ex.c2), np.asarray(ex.c4)
-    np.testing.assert_allclose(coef[0], c2, rtol=0, atol=1e-7 * np.max(np.abs(c2)))
-    np.testing.assert_allclose(coef[1], c4, rtol=0, atol=1e-4 * np.max(np.abs(c4)))
+    np.testing.assert_allclose(coef[0], c2, rtol=0, atol=1e-6 * np.max(np.abs(c2)))
+    np.testing.assert_allclose(coef[1], c4, rtol=0, atol=1e-3 * np.max(np.abs(c4)))
     if lams:
         L = (np.asarray(lams) - float(ex.lam0)) / eps**2
         lc = np.linalg.lstsq(V, L, rcond=None)[0]
-        np.testing.assert_allclose(lc[0], float(ex.lam2), rtol=1e-7)
-        np.testing.assert_allclose(lc[1], float(ex.lam4), rtol=1e-4)
+        np.testing.assert_allclose(lc[0], float(ex.lam2), rtol=1e-6)
+        np.testing.assert_allclose(lc[1], float(ex.lam4), rtol=1e-3)
 
 
 def test_coefficients_against_mpmath():

@@ -72,7 +72,8 @@ def test_grad_of_R_matches_finite_differences():
     d = d - jnp.mean(d)
     g = jax.grad(lambda r: fd.tangent_test(ea, eb, r).R)(rho)
     h = 1e-6
-    fd_ = (fd.tangent_test(ea, eb, rho + h * d).R - fd.tangent_test(ea, eb, rho - h * d).R) / (2 * h)
+    R_up, R_down = fd.tangent_test(ea, eb, rho + h * d).R, fd.tangent_test(ea, eb, rho - h * d).R
+    fd_ = (R_up - R_down) / (2 * h)
     np.testing.assert_allclose(float(jnp.dot(g, d)), float(fd_), rtol=1e-6)
 
 
