@@ -164,7 +164,9 @@ class SphereCoordinates(AbstractCoordinates):
         xg = jnp.sum(x * _x_times(x, rho, g), -1)
         a = self._rate(system)
         xv = jnp.sum(x * v, -1)
-        lam = (xg - 2 * m * jnp.sum(v * v, -1) + (2 * gam - 4 * m * a) * xv - m * a**2 * (c - 1)) / c
+        lam = (
+            xg - 2 * m * jnp.sum(v * v, -1) + (2 * gam - 4 * m * a) * xv - m * a**2 * (c - 1)
+        ) / c
         return lam, g, rho
 
     def vector_field(self, t, y, system):
@@ -281,9 +283,9 @@ class SimplexCoordinates(AbstractCoordinates):
 
         An exponential approach (a fixed point on or near the boundary) has a constant
         chart time-to-boundary $2\\rho_i/|\\dot\\rho_i| = 2/\\text{rate}$; a finite-time hit
-        has it shrinking to 0 at finite sphere speed $|\\dot x_i| = |\\dot\\rho_i|/(2\\sqrt{\\rho_i})$.
-        The event fires when it falls below $0.1\\sqrt{m/T}$, far below every linear time
-        scale of a Shannon-like mode.
+        has it shrinking to 0 at finite sphere speed
+        $|\\dot x_i| = |\\dot\\rho_i|/(2\\sqrt{\\rho_i})$. The event fires when it falls
+        below $0.1\\sqrt{m/T}$, far below every linear time scale of a Shannon-like mode.
         """
         rho, rho_dot = y
         tau = 0.1 * jnp.sqrt(system.mass / system.T)

@@ -85,8 +85,12 @@ def _single(entropy, rho, z, T, mass, damping, critical_rtol):
     root = jnp.sqrt(jnp.abs(disc))
     inertial = mass > 0
     m_safe = jnp.where(inertial, mass, 1.0)
-    re_slow = jnp.where(inertial, (-damping + jnp.where(disc > 0, root, 0.0)) / (2 * m_safe), -w / damping)
-    re_fast = jnp.where(inertial, (-damping - jnp.where(disc > 0, root, 0.0)) / (2 * m_safe), -jnp.inf)
+    re_slow = jnp.where(
+        inertial, (-damping + jnp.where(disc > 0, root, 0.0)) / (2 * m_safe), -w / damping
+    )
+    re_fast = jnp.where(
+        inertial, (-damping - jnp.where(disc > 0, root, 0.0)) / (2 * m_safe), -jnp.inf
+    )
     im = jnp.where(inertial & (disc < 0), root / (2 * m_safe), 0.0)
     rates = jnp.stack([jax.lax.complex(re_slow, im), jax.lax.complex(re_fast, -im)], -1)
     crit = jnp.abs(disc) <= critical_rtol * (damping**2 + 4 * mass * jnp.abs(w))

@@ -19,8 +19,13 @@ import scipy.special
 
 def fisherdyn(*args, cwd=None, timeout=600):
     """`python -m fisherdyn ARGS` in a subprocess (end to end)."""
-    return subprocess.run([sys.executable, "-m", "fisherdyn", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "fisherdyn", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 def console_script():
@@ -54,9 +59,24 @@ def test_help_documents_every_option(capsys):
     assert top.returncode == 0 and "run" in top.stdout and "simulate" in top.stdout
     sim = fisherdyn("simulate", "--help")
     assert sim.returncode == 0
-    for option in ("--entropy", "--scores", "--scores-file", "--T", "--mass", "--damping",
-                   "--t1", "--rho0", "--coords", "--solver", "--rtol", "--atol", "--n-save",
-                   "--out", "--json", "--progress"):
+    for option in (
+        "--entropy",
+        "--scores",
+        "--scores-file",
+        "--T",
+        "--mass",
+        "--damping",
+        "--t1",
+        "--rho0",
+        "--coords",
+        "--solver",
+        "--rtol",
+        "--atol",
+        "--n-save",
+        "--out",
+        "--json",
+        "--progress",
+    ):
         assert option in sim.stdout, option
     run = fisherdyn("run", "--help")
     for option in ("--family", "--scores", "--T", "--mass", "--figures-dir", "--no-figures"):
@@ -93,9 +113,24 @@ def test_simulate_json_and_figure(tmp_path, capsys):
     np.save(tmp_path / "z.npy", z)
     (tmp_path / "z.csv").write_text(",".join(map(str, z)))
     png = tmp_path / "path.png"
-    out = fisherdyn("simulate", "--entropy", "shannon", "--scores-file", tmp_path / "z.npy",
-                    "--T", "0.8", "--mass", "1", "--damping", "1.5", "--t1", "60", "--out", png,
-                    "--json")
+    out = fisherdyn(
+        "simulate",
+        "--entropy",
+        "shannon",
+        "--scores-file",
+        tmp_path / "z.npy",
+        "--T",
+        "0.8",
+        "--mass",
+        "1",
+        "--damping",
+        "1.5",
+        "--t1",
+        "60",
+        "--out",
+        png,
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["result"] == "successful"
@@ -106,13 +141,15 @@ def test_simulate_json_and_figure(tmp_path, capsys):
     assert summary["max_energy_increase"] <= 1e-12  # damped: H never increases
     assert png.read_bytes()[:8] == PNG
     # the same scores from a CSV file (in-process from here on: one compile for both runs)
-    out = fisherdyn_inprocess(capsys, "simulate", "--scores-file", tmp_path / "z.csv", "--t1", "1",
-                              "--json")
+    out = fisherdyn_inprocess(
+        capsys, "simulate", "--scores-file", tmp_path / "z.csv", "--t1", "1", "--json"
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["scores"] == z.tolist()
     # a negative first score is not mistaken for an option
-    out = fisherdyn_inprocess(capsys, "simulate", "--scores", "-0.5,1,0.2,0.3", "--t1", "1",
-                              "--json")
+    out = fisherdyn_inprocess(
+        capsys, "simulate", "--scores", "-0.5,1,0.2,0.3", "--t1", "1", "--json"
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["scores"] == [-0.5, 1.0, 0.2, 0.3]
 

@@ -77,14 +77,20 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("entropy,z,T", CASES, ids=lambda c: type(c).__name__ if isinstance(c, fd.AbstractEntropy) else "")
+@pytest.mark.parametrize(
+    "entropy,z,T",
+    CASES,
+    ids=lambda c: type(c).__name__ if isinstance(c, fd.AbstractEntropy) else "",
+)
 @pytest.mark.parametrize("mass,damping", [(1.0, 0.4), (2.0, 3.0), (0.0, 1.3)])
 def test_rates_match_finite_difference_jacobian(entropy, z, T, mass, damping):
     # the fixed point from the direct root solver (scipy brentq), independent of the dynamics
     rho = np.asarray(fd.solve_stationary(entropy, z, T, method="scipy").rho)
     sp = fd.relaxation_spectrum(entropy, z, T, mass=mass, damping=damping, rho=rho)
     inertial = mass > 0
-    fd_eigs = fd_tangent_eigenvalues(sphere_field(entropy, z, T, mass, damping), np.sqrt(rho), inertial)
+    fd_eigs = fd_tangent_eigenvalues(
+        sphere_field(entropy, z, T, mass, damping), np.sqrt(rho), inertial
+    )
     rates = np.asarray(sp.rates)
     want = rates.ravel() if inertial else rates[:, 0]
     # tolerance 1e-6 x the largest rate: central differences with step 1e-6
@@ -92,7 +98,9 @@ def test_rates_match_finite_difference_jacobian(entropy, z, T, mass, damping):
     np.testing.assert_allclose(_sorted(fd_eigs), _sorted(want), atol=1e-6 * scale, rtol=0)
     # each mode satisfies m s^2 + gamma s + omega^2 = 0
     s = rates[:, 0]
-    np.testing.assert_allclose(mass * s**2 + damping * s + np.asarray(sp.omega2), 0, atol=1e-12 * scale**2 + 1e-12)
+    np.testing.assert_allclose(
+        mass * s**2 + damping * s + np.asarray(sp.omega2), 0, atol=1e-12 * scale**2 + 1e-12
+    )
     # boundary modes are exactly the components a sparse fixed point leaves at 0
     assert int(np.sum(sp.boundary)) == int(np.sum(rho == 0))
     if isinstance(entropy, fd.Tsallis):
