@@ -1,0 +1,224 @@
+"""Shared plumbing of the study scripts: arguments, comparisons, output files, plot styling.
+
+No mathematics lives here (that is the library's job): only the command line every study
+shares (`--quick`, `--out DIR`), a small ledger that prints measured values next to the
+predicted ones and flags every disagreement, and the writers of `<study>.png` /
+`<study>.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def setup(name: str, description: str, argv=None):
+    """Parse `--quick` / `--out DIR`, switch JAX to float64 and matplotlib to Agg.
+
+    Returns (args, ledger)."""
+    p = argparse.ArgumentParser(prog=f"studies/{name}.py", description=description)
+    p.add_argument("--quick", action="store_true",
+                   help="small grids and fewer families: seconds, for the test suite")
+    p.add_argument("--out", type=Path, default=Path("figures"),
+                   help="directory for <study>.png and <study>.json (default figures/)")
+    args = p.parse_args(argv)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)  # every study verifies in float64
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({
+        "figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3, "axes.titlesize": 10,
+        "axes.labelsize": 9, "legend.fontsize": 7.5, "xtick.labelsize": 8,
+        "ytick.labelsize": 8,
+    })
+    args.out.mkdir(parents=True, exist_ok=True)
+    ledger = Ledger(name, quick=args.quick)
+    print(f"[{name}] {'quick' if args.quick else 'full'} mode -> {args.out}/", flush=True)
+    return args, ledger
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+class Ledger:
+    """Measured-vs-predicted comparisons of one study, printed and stored in its JSON.
+
+    `check` records a value that theory predicts (a disagreement beyond `tol` is printed as
+    `DISAGREES`, never dropped); `note` records a measured value without a prediction;
+    `headline` marks the values the README gallery quotes (formatted once, here).
+    """
+
+    def __init__(self, name, quick=False):
+        self.name = name
+        self.quick = quick
+        self.rows: list[dict] = []
+        self.headlines: dict[str, str] = {}
+        self.t0 = time.perf_counter()
+
+    def check(self, key, measured, predicted, *, tol, kind="abs", fmt=".4g", explain=""):
+        """Compare: `kind="abs"`: |m - p| <= tol; `"rel"`: |m - p| <= tol |p|;
+        `"max"`: m <= tol (predicted shown for reference, usually 0)."""
+        m = float(measured)
+        p = float(predicted) if predicted is not None else float("nan")
+        if kind == "abs":
+            ok = abs(m - p) <= tol
+        elif kind == "rel":
+            ok = abs(m - p) <= tol * abs(p)
+        elif kind == "max":
+            ok = m <= tol
+        else:
+            raise ValueError(kind)
+        ok = bool(ok and math.isfinite(m))
+        self.rows.append(dict(key=key, measured=m, predicted=p if math.isfinite(p) else None,
+                              tol=tol, kind=kind, ok=ok, explain=explain, fmt=fmt))
+        return ok
+
+    def note(self, key, measured, *, fmt=".4g", explain=""):
+        self.rows.append(dict(key=key, measured=float(measured), predicted=None, tol=None,
+                              kind="note", ok=True, explain=explain, fmt=fmt))
+
+    def headline(self, key, text):
+        self.headlines[key] = text
+
+    @property
+    def disagreements(self):
+        return [r for r in self.rows if not r["ok"]]
+
+    def print_summary(self):
+        print(f"\n[{self.name}] measured vs predicted")
+        width = max([len(r["key"]) for r in self.rows] + [8])
+        for r in self.rows:
+            f = r["fmt"]
+            m = format(r["measured"], f)
+            if r["kind"] == "note":
+                line = f"  {r['key']:<{width}}  {m:>12}  {'(measured)':>12}"
+            else:
+                p = "" if r["predicted"] is None else format(r["predicted"], f)
+                rel = {"abs": "+-", "rel": "+-rel", "max": "<="}[r["kind"]]
+                status = "ok" if r["ok"] else "DISAGREES"
+                line = (f"  {r['key']:<{width}}  {m:>12}  {p:>12}  ({rel} {r['tol']:.1g})"
+                        f"  {status}")
+            if r["explain"]:
+                line += f"  [{r['explain']}]"
+            print(line)
+        bad = self.disagreements
+        if bad:
+            print(f"[{self.name}] {len(bad)} DISAGREEMENT(S) with theory beyond tolerance:")
+            for r in bad:
+                print(f"    {r['key']}: measured {r['measured']:.6g}, predicted "
+                      f"{r['predicted']}, tol {r['tol']:.1g} ({r['kind']})")
+        else:
+            print(f"[{self.name}] all {sum(r['kind'] != 'note' for r in self.rows)} "
+                  "checks agree with theory within tolerance")
+        print(f"[{self.name}] done in {time.perf_counter() - self.t0:.1f} s", flush=True)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (str, bool)) or x is None:
+        return x
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    a = np.asarray(x)
+    if a.dtype == bool:
+        return a.tolist()
+    if np.iscomplexobj(a):
+        return _jsonable({"re": a.real, "im": a.imag})
+    if a.ndim == 0:
+        v = float(a)
+        return v if math.isfinite(v) else None
+    return [_jsonable(v) for v in a]
+
+
+def write_outputs(args, ledger: Ledger, fig, *, title, caption, data):
+    """Save `<out>/<study>.png` and `<out>/<study>.json`; print the summary."""
+    import matplotlib.pyplot as plt
+
+    png = args.out / f"{ledger.name}.png"
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    payload = dict(
+        study=ledger.name,
+        quick=ledger.quick,
+        title=title,
+        caption=caption,
+        headline=ledger.headlines,
+        comparisons=[{k: v for k, v in r.items() if k != "fmt"} for r in ledger.rows],
+        disagreements=len(ledger.disagreements),
+        runtime_s=round(time.perf_counter() - ledger.t0, 1),
+        data=data,
+    )
+    (args.out / f"{ledger.name}.json").write_text(json.dumps(_jsonable(payload), indent=1) + "\n")
+    ledger.print_summary()
+    print(f"[{ledger.name}] wrote {png} and {png.with_suffix('.json')}")
+    sys.stdout.flush()
+
+
+# --------------------------------------------------------------------------- plot styling
+
+# one color per family label, the same in every figure
+_COLORS = {
+    "Shannon": "#1f77b4",
+    "Tsallis": "#d62728",
+    "Renyi": "#ff7f0e",
+    "SharmaMittal": "#8c564b",
+    "Kaniadakis": "#2ca02c",
+    "Burg": "#9467bd",
+    "Abe": "#e377c2",
+}
+
+
+def label(entropy) -> str:
+    """`Kaniadakis(0.3)`-style name of an entropy instance."""
+    params = [f"{float(np.asarray(v)):g}" for v in vars(entropy).values()]
+    return type(entropy).__name__ + (f"({', '.join(params)})" if params else "")
+
+
+def color(entropy, shade=0):
+    """The family's color; `shade` in [0, 1) darkens it for a second member of a family."""
+    import matplotlib.colors as mc
+
+    base = np.array(mc.to_rgb(_COLORS.get(type(entropy).__name__, "#7f7f7f")))
+    return tuple(base * (1 - 0.45 * shade))
+
+
+def draw_table(ax, header, rows, *, fontsize=7.5, col_widths=None, title=None,
+               bbox=(0.0, 0.0, 1.0, 0.96)):
+    """A plain text table filling `bbox` of `ax` (axes coordinates; axis switched off)."""
+    ax.axis("off")
+    tab = ax.table(cellText=rows, colLabels=header, cellLoc="left", colWidths=col_widths,
+                   bbox=list(bbox))
+    tab.auto_set_font_size(False)
+    tab.set_fontsize(fontsize)
+    for (r, _), cell in tab.get_celld().items():
+        cell.set_linewidth(0.3)
+        if r == 0:
+            cell.set_text_props(weight="bold")
+            cell.set_facecolor("#eeeeee")
+    if title:
+        ax.set_title(title, fontsize=9)
+    return tab
+
+
+def loglog_slope(x, y):
+    """Least-squares slope (and intercept) of log y against log x."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+    b, a = np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)
+    return float(b), float(a)

@@ -1,0 +1,112 @@
+"""The study scripts (`studies/*.py`) and `fisherdyn figures`.
+
+- Every study runs in `--quick` mode, through `fisherdyn figures --quick --out DIR` (the same
+  code path as `make figures`), and writes a PNG and a JSON. Each study compares its
+  measurements with theory (closed forms of MATH.md, scipy reference solves, finite
+  differences, the predicted relaxation spectrum; the reference is named beside each value
+  in the JSON's `comparisons`): in quick mode every check must agree (no `disagreements`).
+- The committed `figures/<study>.json` are full-mode outputs, and every number the README
+  gallery quotes (`headline` of each JSON, quoted verbatim) appears in the gallery text
+  (`notes/gallery.md`, and README.md once it carries the gallery section).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# the paper's argument, in order (`fisherdyn figures --help` lists the same names)
+STUDIES = ("stationary_laws", "tails", "tangent_test", "abe_even_order", "renyi_temperature",
+           "relaxation", "entropy_invariance")
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def cli_main(argv):
+    """The installed `fisherdyn` console script (pyproject [project.scripts]), in-process."""
+    (ep,) = importlib.metadata.entry_points(group="console_scripts", name="fisherdyn")
+    return ep.load()(argv)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """All seven studies in quick mode, via the `fisherdyn figures` command (in-process
+    parser, studies as subprocesses, two at a time)."""
+    out = tmp_path_factory.mktemp("figures")
+    status = cli_main(["figures", "--quick", "--out", str(out), "--jobs", "2"])
+    return status, out
+
+
+def test_figures_command_succeeds(quick_run):
+    status, out = quick_run
+    assert status == 0
+    assert sorted(p.stem for p in out.glob("*.png")) == sorted(STUDIES)
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_quick_study(quick_run, name):
+    _, out = quick_run
+    png = out / f"{name}.png"
+    assert png.read_bytes()[:8] == PNG
+    data = json.loads((out / f"{name}.json").read_text())
+    assert data["study"] == name and data["quick"] is True
+    assert data["title"] and data["caption"] and data["headline"]
+    checks = [r for r in data["comparisons"] if r["kind"] != "note"]
+    assert checks, "a study must compare at least one measurement with theory"
+    bad = [f"{r['key']}: measured {r['measured']}, predicted {r['predicted']} (tol {r['tol']})"
+           for r in checks if not r["ok"]]
+    assert not bad, "quick-mode disagreement(s) with theory:\n" + "\n".join(bad)
+    assert data["disagreements"] == 0
+    # the quick run produces (a subset of) the headline numbers the full run quotes
+    committed = ROOT / "figures" / f"{name}.json"
+    if committed.is_file():
+        assert set(data["headline"]) <= set(json.loads(committed.read_text())["headline"])
+
+
+def _gallery_texts():
+    texts = {"notes/gallery.md": (ROOT / "notes" / "gallery.md").read_text()}
+    readme = ROOT / "README.md"
+    if readme.is_file() and "## Gallery" in readme.read_text():
+        texts["README.md"] = readme.read_text()
+    return texts
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_committed_figure_matches_gallery(name):
+    """The committed JSON is a full-mode run, and the gallery quotes its numbers verbatim."""
+    data = json.loads((ROOT / "figures" / f"{name}.json").read_text())
+    assert (ROOT / "figures" / f"{name}.png").read_bytes()[:8] == PNG
+    assert data["quick"] is False
+    for where, text in _gallery_texts().items():
+        assert f"figures/{name}.png" in text, f"{where} does not show figures/{name}.png"
+        assert data["caption"] in text, f"{where} lacks the caption of {name}"
+        for key, quoted in data["headline"].items():
+            assert quoted in text, f"{where} does not quote {name}.{key}: {quoted!r}"
+
+
+def test_gallery_is_generated_from_the_json(capsys):
+    """`fisherdyn figures --gallery` reproduces the committed gallery section."""
+    assert cli_main(["figures", "--gallery", "--out", str(ROOT / "figures")]) == 0
+    generated = capsys.readouterr().out
+    assert generated.strip() in (ROOT / "notes" / "gallery.md").read_text()
+
+
+def test_help_lists_every_study(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli_main(["figures", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for option in ("--quick", "--only", "--out", "--jobs", "--gallery"):
+        assert option in out
+    for name in STUDIES:
+        assert name in out
+
+
+def test_unknown_study_is_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli_main(["figures", "--only", "nonexistent"])
+    assert e.value.code == 2
+    assert "--only" in capsys.readouterr().err
