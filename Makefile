@@ -23,6 +23,7 @@ figures: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/operators.py
+	$(BIN)/python benchmarks/dynamics.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
