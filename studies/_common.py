@@ -161,7 +161,6 @@ def write_outputs(args, ledger: Ledger, fig, *, title, caption, data):
         headline=ledger.headlines,
         comparisons=[{k: v for k, v in r.items() if k != "fmt"} for r in ledger.rows],
         disagreements=len(ledger.disagreements),
-        runtime_s=round(time.perf_counter() - ledger.t0, 1),
         data=data,
     )
     (args.out / f"{ledger.name}.json").write_text(json.dumps(_jsonable(payload), indent=1) + "\n")
