@@ -73,3 +73,10 @@ from ._table import (
     measure_tail as measure_tail,
     operator_table as operator_table,
 )
+from ._fit import (
+    PathFit as PathFit,
+    fisher_rao_distance as fisher_rao_distance,
+    fit_families as fit_families,
+    fit_path as fit_path,
+    geodesic_interpolation as geodesic_interpolation,
+)
