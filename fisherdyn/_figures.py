@@ -30,12 +30,13 @@ STUDIES = (
     "renyi_temperature",
     "relaxation",
     "entropy_invariance",
+    "weight_tied",
 )
 
 
 # the longest first, so that `jobs` workers finish together
-_LONGEST_FIRST = ("stationary_laws", "relaxation", "entropy_invariance", "renyi_temperature",
-                  "tangent_test", "abe_even_order", "tails")
+_LONGEST_FIRST = ("weight_tied", "stationary_laws", "relaxation", "entropy_invariance",
+                  "renyi_temperature", "tangent_test", "abe_even_order", "tails")
 
 
 def studies_dir() -> Path:
@@ -130,7 +131,8 @@ def gallery_markdown(out="figures", image_prefix="figures/") -> str:
             continue
         data = json.loads(path.read_text())
         lines += [f"### {data['title']} (`studies/{name}.py`)", "",
-                  f"![{data['title']}]({image_prefix}{name}.png)", "", data["caption"], ""]
+                  *(f"![{data['title']}]({image_prefix}{img})"
+                    for img in data.get("images", [f"{name}.png"])), "", data["caption"], ""]
         lines += [f"- {text}" for text in data["headline"].values()]
         lines.append("")
     return "\n".join(lines)

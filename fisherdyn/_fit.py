@@ -25,9 +25,10 @@ unit is the one of `times` (default: one unit per layer).
 The fit is Levenberg-Marquardt (optimistix) on the residual vector whose squared norm is
 the loss, with the Jacobian from forward-mode differentiation through the Diffrax solve
 (`diffrax.ForwardMode`), vmapped over restarts and over a batch of paths. One compiled
-program serves every family and both orders (a `lax.switch` on a traced index) and both
-energy models (a score schedule): it is compiled once per data shape (paths, restarts,
-layers, keys), and a small summary program once per family.
+program serves both orders (a `lax.switch` on a traced index), both energy models (a score
+schedule) and every family named in `compile_with`: it is compiled once per data shape
+(paths, restarts, layers, keys) and family set, and a small summary program once per
+family.
 """
 
 from __future__ import annotations
@@ -231,6 +232,9 @@ def _score_at(t, times, scores):
 
 class _Static(eqx.Module):
     max_steps: int = eqx.field(static=True)
+    # the families compiled into the program's lax.switch (indices into _FAMILIES); the
+    # traced family index is a position in this tuple
+    compiled: tuple = eqx.field(static=True)
 
 
 def _branches(fam: _Family, u, T, mass, damping):
@@ -252,11 +256,11 @@ def _solve(family_index, overdamped, p, data: _Data, grids, static: _Static, rto
     """The model's unit sphere points |x|/||x|| on each time grid of `grids` (a tuple of
     non-decreasing arrays, one solve), and a success flag.
 
-    One program for every family and both orders: `lax.switch` on the traced index
-    `2 * family_index + overdamped`; the state is (x, v) in both (v frozen at 0 when
-    overdamped)."""
+    One program for every compiled family and both orders: `lax.switch` on the traced index
+    `2 * family_index + overdamped` (`family_index`: a position in `static.compiled`); the
+    state is (x, v) in both (v frozen at 0 when overdamped)."""
     mass, damping, T, u, v0 = _unpack(p, data, overdamped)
-    branches = [b for fam in _FAMILIES for b in _branches(fam, u, T, mass, damping)]
+    branches = [b for i in static.compiled for b in _branches(_FAMILIES[i], u, T, mass, damping)]
     index = 2 * family_index + overdamped.astype(family_index.dtype)
 
     def vector_field(t, y, args):
@@ -427,7 +431,8 @@ class PathFit(eqx.Module):
             flat = lambda x: x.reshape((-1,) + x.shape[len(shape):])  # noqa: E731
             data = jax.tree_util.tree_map(flat, self._data)
             a, ok = _predict_program(
-                jnp.asarray(_resolve_family(self.family)[0], jnp.int32),
+                jnp.asarray(self._static.compiled.index(_resolve_family(self.family)[0]),
+                            jnp.int32),
                 jnp.asarray(self.overdamped), flat(self._params), data, times, self._static,
                 *(jnp.asarray(v, jnp.float64) for v in self._tols),
             )
@@ -576,6 +581,7 @@ def fit_path(
     rtol: float = 1e-6,
     atol: float = 1e-8,
     max_ode_steps: int = 256,
+    compile_with=None,
 ) -> PathFit:
     """Fit the damped Fisher-Lagrangian dynamics of one entropy family to measured paths.
 
@@ -586,7 +592,8 @@ def fit_path(
     the uniform law so that exact zeros can move). Levenberg-Marquardt (optimistix) from
     `restarts` initial guesses, Jacobians by forward-mode differentiation through Diffrax;
     the best restart is kept. Runs in float64 whatever the global x64 flag. One compiled
-    program serves all families, both orders and both energy models (per data shape).
+    program serves both orders, both energy models and the families of `compile_with`
+    (per data shape).
 
     **Arguments:**
     - `path`: measured weights, shape `(..., K, N)` (leading axes: independent paths, fitted
@@ -614,6 +621,10 @@ def fit_path(
       velocity, so it can only improve on the first-order fit it nests in that limit.
     - `rtol`, `atol`, `max_ode_steps`: Diffrax step control; a solve that needs more steps
       counts as a failed trajectory (priced as a path at distance pi from every layer).
+    - `compile_with`: families (classes, instances or names) to compile into the same
+      program as `entropy_family`, so that fitting each of them afterwards (with the same
+      `compile_with` and data shape) reuses it; default: only `entropy_family`. Compilation
+      time grows with the number of families in the program.
 
     **Returns:** a `PathFit` (batched like `path`).
     """
@@ -648,11 +659,12 @@ def fit_path(
                 raise ValueError(f"init has batch shape {init.batch_shape}, expected {batch}")
             warm = _warm_start(init, data, overdamped)
         inits = _initial_guesses(jr.PRNGKey(seed), size, int(restarts), N, u0, warm)
-        static = _Static(int(max_ode_steps))
+        compiled = {fam_index} | {_resolve_family(f)[0] for f in (compile_with or ())}
+        static = _Static(int(max_ode_steps), tuple(sorted(compiled)))
         tols = (float(rtol), float(atol))
         f64 = lambda v: jnp.asarray(v, jnp.float64)  # noqa: E731
         params, losses, a, b, ok = _fit_program(
-            jnp.asarray(fam_index, jnp.int32), jnp.asarray(overdamped), data, inits, ptimes,
+            jnp.asarray(static.compiled.index(fam_index), jnp.int32), jnp.asarray(overdamped), data, inits, ptimes,
             static, f64(tol), f64(rtol), f64(atol), int(steps),
         )
         k = fam.n_shape + (2 if overdamped else 3 + (N - 1))

@@ -146,11 +146,14 @@ def _jsonable(x):
     return [_jsonable(v) for v in a]
 
 
-def write_outputs(args, ledger: Ledger, fig, *, title, caption, data):
-    """Save `<out>/<study>.png` and `<out>/<study>.json`; print the summary."""
+def write_outputs(args, ledger: Ledger, fig, *, title, caption, data, png_name=None,
+                  images=None):
+    """Save `fig` as `<out>/<study>.png` (or `png_name`) and `<out>/<study>.json`; print the
+    summary. `images`: every figure file the study wrote (default: just this one), listed in
+    the JSON for the gallery."""
     import matplotlib.pyplot as plt
 
-    png = args.out / f"{ledger.name}.png"
+    png = args.out / (png_name or f"{ledger.name}.png")
     fig.savefig(png, dpi=110)
     plt.close(fig)
     payload = dict(
@@ -158,6 +161,7 @@ def write_outputs(args, ledger: Ledger, fig, *, title, caption, data):
         quick=ledger.quick,
         title=title,
         caption=caption,
+        images=list(images or [png.name]),
         headline=ledger.headlines,
         comparisons=[{k: v for k, v in r.items() if k != "fmt"} for r in ledger.rows],
         disagreements=len(ledger.disagreements),
@@ -165,7 +169,7 @@ def write_outputs(args, ledger: Ledger, fig, *, title, caption, data):
     )
     (args.out / f"{ledger.name}.json").write_text(json.dumps(_jsonable(payload), indent=1) + "\n")
     ledger.print_summary()
-    print(f"[{ledger.name}] wrote {png} and {png.with_suffix('.json')}")
+    print(f"[{ledger.name}] wrote {png} and {args.out / (ledger.name + '.json')}")
     sys.stdout.flush()
 
 

@@ -114,7 +114,7 @@ def rms(x, axis=-1):
     return np.sqrt(np.mean(np.asarray(x) ** 2, axis=axis))
 
 
-def fit_batch(fd, fam, paths, scores, t, L, S, *, overdamped, init=None):
+def fit_batch(fd, fam, paths, scores, t, L, S, *, overdamped, families, init=None):
     """All four variants (A/B x full/held-out) of a batch of paths in one call."""
     V = len(VARIANTS)
     K = L + 1
@@ -127,7 +127,8 @@ def fit_batch(fd, fam, paths, scores, t, L, S, *, overdamped, init=None):
         np.broadcast_to(paths, shape + paths.shape[-2:]), fam,
         scores=np.broadcast_to(scores, shape + scores.shape[-2:]), times=t,
         energy_model=energy, overdamped=overdamped, fit_layers=np.broadcast_to(masks, shape + (K,)),
-        restarts=S["restarts"], steps=S["lm_steps"], seed=0, init=init, **ODE)
+        restarts=S["restarts"], steps=S["lm_steps"], seed=0, init=init, compile_with=families,
+        **ODE)
 
 
 def baselines(fd, attn, L):
@@ -210,6 +211,7 @@ def main(argv=None):
             t1 = time.perf_counter()
             init = None if overdamped else fits[fam, "m=0"]
             f = fit_batch(fd, fam, paths_main, scores_main, t, L, S, overdamped=overdamped,
+                          families=families,
                           init=init)
             fits[fam, order] = f
             summ[fam, order] = summarize_fit(f, L)
@@ -218,7 +220,7 @@ def main(argv=None):
                   flush=True)
     depth_fits, prev = {}, None
     for overdamped, order in ORDERS:
-        prev = fit_batch(fd, "Shannon", paths_depth, scores_depth, t, L, S,
+        prev = fit_batch(fd, "Shannon", paths_depth, scores_depth, t, L, S, families=families,
                          overdamped=overdamped, init=None if overdamped else prev)
         depth_fits[order] = summarize_fit(prev, L)
     clock["fit"] = time.perf_counter() - t0
@@ -305,17 +307,36 @@ def main(argv=None):
         tf = true_fam[mi]
         T_true = main_models[mi]["T_model"]
         Tb = float(med(summ[tf, "m>0"]["T"][1, mi].ravel()))
-        ledger.check(f"{name}: T fitted (own family, B, m>0) / model T", Tb / T_true, 1.0,
-                     tol=0.2, explain="attention at every loop is the family's law at T")
+        if args.quick:  # barely trained models: no claim to test, the number is reported
+            ledger.note(f"{name}: T fitted (own family, B, m>0) / model T", Tb / T_true,
+                        explain="quick mode: models not trained to convergence")
+        else:
+            ledger.check(f"{name}: T fitted (own family, B, m>0) / model T", Tb / T_true, 1.0,
+                         tol=0.2, explain="1 if every loop's attention is the family's law "
+                         "at the model's T")
         e = main_models[mi]["entropy"]
         if tf != "Shannon":
             true_shape = float(np.asarray(list(vars(e).values())[0]))
             sb = float(med(summ[tf, "m>0"]["shape"][1, mi].ravel()))
-            ledger.check(f"{name}: shape fitted (own family, B, m>0)", sb, true_shape, tol=0.2)
+            if args.quick:
+                ledger.note(f"{name}: shape fitted (own family, B, m>0)", sb)
+            else:
+                ledger.check(f"{name}: shape fitted (own family, B, m>0)", sb, true_shape,
+                             tol=0.2)
         for em, vi in (("A", 0), ("B", 1)):
             diag = confusion[em, "aic"][mi, families.index(tf)] if tf in families else 0
             ledger.note(f"{name}: fraction of paths whose AIC picks {tf} ({em})",
                         diag / max(1, H * P), fmt=".2f")
+    # nesting: the m>0 fit starts from the m=0 optimum (tiny mass, zero velocity) and
+    # Levenberg-Marquardt only accepts decreasing steps, so it cannot end worse (up to the
+    # O(m/gamma) = 1/50-layer difference of its starting trajectory)
+    worse = []
+    for fam in families:
+        lo, l1 = np.asarray(fits[fam, "m=0"].loss), np.asarray(fits[fam, "m>0"].loss)
+        ok = np.isfinite(lo) & np.isfinite(l1)
+        worse.append(np.max(np.where(ok, l1 / np.maximum(lo, 1e-300), 0.0)))
+    ledger.check("max over paths and families of loss(m>0) / loss(m=0)", max(worse), 1.0,
+                 tol=1.05, kind="max", explain="the inertial model nests the overdamped one")
     for em, vi in (("A", 0), ("B", 1)):
         best_inertial = np.nanmin(np.stack([summ[f_, "m>0"]["aic"][vi] for f_ in families]), 0)
         best_over = np.nanmin(np.stack([summ[f_, "m=0"]["aic"][vi] for f_ in families]), 0)
@@ -324,6 +345,31 @@ def main(argv=None):
     for name, gap in depth["path_gap"].items():
         ledger.note(f"depth: mean FR gap at equal t, {name} (best pairing)",
                     min(gap.values()), fmt=".3f")
+    # ---------------------------------------------------------------- headlines (README)
+    acc = ", ".join(f"{m['name']} {m['accuracy']:.3f}" for m in main_models)
+    ledger.headline("models", f"looped transformers, L = {L} loops, {H} heads: held-out "
+                    f"accuracy {acc}")
+    for em in ("A", "B"):
+        conf = confusion[em, "aic"]
+        diag = ", ".join(f"{n}: {conf[mi, families.index(true_fam[mi])]}/{H * P}"
+                         for mi, n in enumerate(names) if true_fam[mi] in families)
+        picks = {}
+        for fam in selection[em, "aic"]["family"].ravel():
+            picks[fam] = picks.get(fam, 0) + 1
+        common = ", ".join(f"{f_} {c_}" for f_, c_ in sorted(picks.items(), key=lambda x: -x[1]))
+        ledger.headline(f"identification_{em}", f"energy model {em}: AIC picks the trained "
+                        f"family for {diag} paths (all picks: {common})")
+        vi = ("A", "B").index(em)
+        bi = np.nanmin(np.stack([summ[f_, "m>0"]["aic"][vi] for f_ in families]), 0)
+        bo = np.nanmin(np.stack([summ[f_, "m=0"]["aic"][vi] for f_ in families]), 0)
+        ledger.headline(f"inertia_{em}", f"energy model {em}: second order (m>0) beats the "
+                        f"overdamped flow by AIC on {int(np.sum(bi < bo))}/{bi.size} paths")
+    own_held = [r["held"][f"{r['true_family']} m>0 B"] for r in rows]
+    ledger.headline("held_out", "held-out loops (fit the first half): own family m>0, B: rms "
+                    f"FR {med(own_held):.3f}; constant {med([r['held_constant'] for r in rows]):.3f};"
+                    f" geodesic {med([r['held_geodesic'] for r in rows]):.3f} (medians)")
+    gaps = "; ".join(f"{n} {min(g.values()):.3f}" for n, g in depth["path_gap"].items())
+    ledger.headline("depth", f"depth test, mean FR gap to the L model at equal t: {gaps}")
     ledger.note("seconds training (or loading)", clock["train"], fmt=".1f")
     ledger.note("seconds fitting", clock["fit"], fmt=".1f")
 
@@ -348,10 +394,8 @@ def main(argv=None):
         seconds=clock,
     )
     write_outputs(args, ledger, fig, title="Weight-tied transformer attention paths vs "
-                  "damped Fisher-Lagrangian dynamics", caption=FIG_CAPTION, data=data)
-    # the tables figure is weight_tied_fits.png (write_outputs names it after the study)
-    (args.out / f"{NAME}.png").replace(args.out / f"{NAME}_fits.png")
-    print(f"[{NAME}] figures: {NAME}_paths.png, {NAME}_fits.png", flush=True)
+                  "damped Fisher-Lagrangian dynamics", caption=FIG_CAPTION, data=data,
+                  png_name=f"{NAME}_fits.png", images=[f"{NAME}_paths.png", f"{NAME}_fits.png"])
 
 
 FIG_CAPTION = (
@@ -406,9 +450,9 @@ def fig_paths(fd, plt, fits, main_models, families, L, c, args):
     handles.append(plt.Line2D([], [], color="k", ls="", marker="o", ms=3, label="measured"))
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.suptitle("Attention on the 3 largest keys per loop (dots) and fitted Fisher-Lagrangian "
-                 "trajectories (lines); fits use loops up to t = c, beyond is extrapolation",
-                 fontsize=9)
-    fig.tight_layout(rect=(0, 0.04, 1, 0.97))
+                 "trajectories (lines)\nfits use loops up to t = c (solid vertical line); beyond "
+                 "it is extrapolation", fontsize=9)
+    fig.tight_layout(rect=(0, 0.04, 1, 0.95))
     fig.savefig(args.out / f"{NAME}_paths.png", dpi=110)
     plt.close(fig)
 

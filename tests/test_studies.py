@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # the paper's argument, in order (`fisherdyn figures --help` lists the same names)
 STUDIES = ("stationary_laws", "tails", "tangent_test", "abe_even_order", "renyi_temperature",
-           "relaxation", "entropy_invariance")
+           "relaxation", "entropy_invariance", "weight_tied")
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -33,7 +33,7 @@ def cli_main(argv):
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    """All seven studies in quick mode, via the `fisherdyn figures` command (in-process
+    """All eight studies in quick mode, via the `fisherdyn figures` command (in-process
     parser, studies as subprocesses, two at a time)."""
     out = tmp_path_factory.mktemp("figures")
     status = cli_main(["figures", "--quick", "--out", str(out), "--jobs", "2"])
@@ -43,15 +43,17 @@ def quick_run(tmp_path_factory):
 def test_figures_command_succeeds(quick_run):
     status, out = quick_run
     assert status == 0
-    assert sorted(p.stem for p in out.glob("*.png")) == sorted(STUDIES)
+    images = [img for n in STUDIES
+              for img in json.loads((out / f"{n}.json").read_text())["images"]]
+    assert sorted(p.name for p in out.glob("*.png")) == sorted(images)
 
 
 @pytest.mark.parametrize("name", STUDIES)
 def test_quick_study(quick_run, name):
     _, out = quick_run
-    png = out / f"{name}.png"
-    assert png.read_bytes()[:8] == PNG
     data = json.loads((out / f"{name}.json").read_text())
+    for img in data["images"]:
+        assert (out / img).read_bytes()[:8] == PNG
     assert data["study"] == name and data["quick"] is True
     assert data["title"] and data["caption"] and data["headline"]
     checks = [r for r in data["comparisons"] if r["kind"] != "note"]
@@ -78,10 +80,13 @@ def _gallery_texts():
 def test_committed_figure_matches_gallery(name):
     """The committed JSON is a full-mode run, and the gallery quotes its numbers verbatim."""
     data = json.loads((ROOT / "figures" / f"{name}.json").read_text())
-    assert (ROOT / "figures" / f"{name}.png").read_bytes()[:8] == PNG
     assert data["quick"] is False
+    images = data.get("images", [f"{name}.png"])  # older JSON: one image named after the study
+    for img in images:
+        assert (ROOT / "figures" / img).read_bytes()[:8] == PNG
     for where, text in _gallery_texts().items():
-        assert f"figures/{name}.png" in text, f"{where} does not show figures/{name}.png"
+        for img in images:
+            assert f"figures/{img}" in text, f"{where} does not show figures/{img}"
         assert data["caption"] in text, f"{where} lacks the caption of {name}"
         for key, quoted in data["headline"].items():
             assert quoted in text, f"{where} does not quote {name}.{key}: {quoted!r}"
@@ -110,3 +115,20 @@ def test_unknown_study_is_refused(capsys):
         cli_main(["figures", "--only", "nonexistent"])
     assert e.value.code == 2
     assert "--only" in capsys.readouterr().err
+
+
+def test_weight_tied_quick_tables(quick_run):
+    """The weight-tied study (issue 5) writes the tables it promises: per model and head the
+    fit errors of every family and order, the confusion table over every path, the depth
+    test's path gaps. (Runs inside `quick_run`; its time is printed by `fisherdyn figures`.)"""
+    _, out = quick_run
+    data = json.loads((out / "weight_tied.json").read_text())["data"]
+    H, P = data["settings"]["heads"], data["settings"]["problems"]
+    assert len(data["rows"]) == 3 * H  # three normalizers x heads
+    for row in data["rows"]:
+        assert set(row["rms_A"]) == {f"{f} {o}" for f in data["settings"]["families"]
+                                     for o in ("m>0", "m=0")}
+    for key in ("A aic", "B aic", "A bic", "B bic"):
+        assert sum(map(sum, data["confusion"][key]["counts"])) == 3 * H * P
+    assert set(data["depth"]["path_gap"]) == {"Shannon, 2L retrained",
+                                              "Shannon, L weights at h/2"}
