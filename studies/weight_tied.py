@@ -303,40 +303,54 @@ def main(argv=None):
                     for key in ("m", "gamma", "T", "zeta", "rms_fit")}
 
     # ---------------------------------------------------------------- checks and notes
+    # Every loop's attention is the trained normalizer's stationary law of that loop's
+    # scores at the model's T, so the overdamped flow under energy model B (the measured
+    # scores, interpolated) with a short relaxation time describes the path: its fitted T
+    # and shape should be the model's. (Quick mode: barely trained, near-uniform attention;
+    # the numbers are reported, not tested.)
     for mi, name in enumerate(names):
         tf = true_fam[mi]
         T_true = main_models[mi]["T_model"]
-        Tb = float(med(summ[tf, "m>0"]["T"][1, mi].ravel()))
-        if args.quick:  # barely trained models: no claim to test, the number is reported
-            ledger.note(f"{name}: T fitted (own family, B, m>0) / model T", Tb / T_true,
-                        explain="quick mode: models not trained to convergence")
-        else:
-            ledger.check(f"{name}: T fitted (own family, B, m>0) / model T", Tb / T_true, 1.0,
-                         tol=0.2, explain="1 if every loop's attention is the family's law "
-                         "at the model's T")
         e = main_models[mi]["entropy"]
-        if tf != "Shannon":
-            true_shape = float(np.asarray(list(vars(e).values())[0]))
-            sb = float(med(summ[tf, "m>0"]["shape"][1, mi].ravel()))
-            if args.quick:
-                ledger.note(f"{name}: shape fitted (own family, B, m>0)", sb)
+        for order in ("m=0", "m>0"):
+            Tb = float(med(summ[tf, order]["T"][1, mi].ravel()))
+            key = f"{name}: T fitted (own family, B, {order}) / model T"
+            if args.quick or order == "m>0":
+                ledger.note(key, Tb / T_true)
             else:
-                ledger.check(f"{name}: shape fitted (own family, B, m>0)", sb, true_shape,
-                             tol=0.2)
+                ledger.check(key, Tb / T_true, 1.0, tol=0.1, explain="1: each loop's "
+                             "attention is the family's law of its scores at the model's T")
+            if tf != "Shannon":
+                true_shape = float(np.asarray(list(vars(e).values())[0]))
+                sb = float(med(summ[tf, order]["shape"][1, mi].ravel()))
+                key = f"{name}: shape fitted (own family, B, {order})"
+                if args.quick or order == "m>0":
+                    ledger.note(key, sb)
+                else:
+                    ledger.check(key, sb, true_shape, tol=0.2 * true_shape, explain="the "
+                                 "trained normalizer's parameter")
         for em, vi in (("A", 0), ("B", 1)):
             diag = confusion[em, "aic"][mi, families.index(tf)] if tf in families else 0
             ledger.note(f"{name}: fraction of paths whose AIC picks {tf} ({em})",
                         diag / max(1, H * P), fmt=".2f")
     # nesting: the m>0 fit starts from the m=0 optimum (tiny mass, zero velocity) and
-    # Levenberg-Marquardt only accepts decreasing steps, so it cannot end worse (up to the
-    # O(m/gamma) = 1/50-layer difference of its starting trajectory)
-    worse = []
-    for fam in families:
-        lo, l1 = np.asarray(fits[fam, "m=0"].loss), np.asarray(fits[fam, "m>0"].loss)
-        ok = np.isfinite(lo) & np.isfinite(l1)
-        worse.append(np.max(np.where(ok, l1 / np.maximum(lo, 1e-300), 0.0)))
-    ledger.check("max over paths and families of loss(m>0) / loss(m=0)", max(worse), 1.0,
-                 tol=1.05, kind="max", explain="the inertial model nests the overdamped one")
+    # Levenberg-Marquardt only accepts decreasing steps, so it should not end worse (up to
+    # the O(m/gamma) = 1/50-layer difference of its starting trajectory). It can: when the
+    # overdamped optimum relaxes much faster than a layer, that start is too stiff for the
+    # explicit solver's step budget, the start fails and the other restarts decide.
+    for em, vis in (("A", [0, 2]), ("B", [1, 3])):
+        worse = []
+        for fam in families:
+            lo = np.asarray(fits[fam, "m=0"].loss)[vis]
+            l1 = np.asarray(fits[fam, "m>0"].loss)[vis]
+            ok = np.isfinite(lo) & np.isfinite(l1)
+            worse.append(np.max(np.where(ok, l1 / np.maximum(lo, 1e-300), 0.0)))
+        ledger.check(f"energy model {em}: max over paths and families of loss(m>0) / "
+                     "loss(m=0)", max(worse), 1.0, tol=1.05, kind="max",
+                     explain="the inertial model nests the overdamped one")
+        tau0 = np.concatenate([np.ravel(summ[f_, "m=0"]["tau"][vis]) for f_ in families])
+        ledger.note(f"energy model {em}: median relaxation time of the m=0 fits [layers]",
+                    med(tau0) * L / c)
     for em, vi in (("A", 0), ("B", 1)):
         best_inertial = np.nanmin(np.stack([summ[f_, "m>0"]["aic"][vi] for f_ in families]), 0)
         best_over = np.nanmin(np.stack([summ[f_, "m=0"]["aic"][vi] for f_ in families]), 0)
@@ -364,6 +378,18 @@ def main(argv=None):
         bo = np.nanmin(np.stack([summ[f_, "m=0"]["aic"][vi] for f_ in families]), 0)
         ledger.headline(f"inertia_{em}", f"energy model {em}: second order (m>0) beats the "
                         f"overdamped flow by AIC on {int(np.sum(bi < bo))}/{bi.size} paths")
+    rec = []
+    for mi, name in enumerate(names):
+        tf = true_fam[mi]
+        txt = f"{name} T x{med(summ[tf, 'm=0']['T'][1, mi]) / main_models[mi]['T_model']:.3f}"
+        if tf != "Shannon":
+            txt += f", shape {med(summ[tf, 'm=0']['shape'][1, mi]):.3f}"
+        rec.append(txt)
+    taus = [med(np.concatenate([np.ravel(summ[f_, "m=0"]["tau"][vis]) for f_ in families]))
+            * L / c for vis in ([0, 2], [1, 3])]
+    ledger.headline("recovery_B", "energy model B, own family m=0 fit recovers the trained "
+                    f"normalizer: {'; '.join(rec)}; its relaxation time is {taus[1]:.3f} "
+                    f"layers (A: {taus[0]:.2f}): attention follows the current scores")
     own_held = [r["held"][f"{r['true_family']} m>0 B"] for r in rows]
     ledger.headline("held_out", "held-out loops (fit the first half): own family m>0, B: rms "
                     f"FR {med(own_held):.3f}; constant {med([r['held_constant'] for r in rows]):.3f};"
