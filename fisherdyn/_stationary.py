@@ -9,8 +9,10 @@ the support with $\\sum\\rho = 1$:
   bracketed (safeguarded) Newton iteration on $\\log\\sum\\rho(\\nu)$. The bracket
   $[\\max z, \\max z - T\\hat G(1/N)]$ is exact: at its ends the top weight is 1 and 1/N.
 - Renyi / Sharma-Mittal: the Tsallis map at a self-consistent temperature
-  $T_{eff} = T\\phi(M_q)$; the consistency equation in $M$ is scanned over its whole range,
-  and the branch of least free energy is polished by a bracketed Newton step in $\\log M$.
+  $T_{eff} = T\\phi(M_q)$. Parametrized by its threshold, the consistency is one scalar
+  equation per row (each evaluation one pass over the scores, no inner solve): Newton where
+  the root is certified unique, else a fine scan for the branch of least free energy (see
+  `_solve_tsallis_shaped`). `stationary_branches` keeps the full scan in $\\log M$.
 
 The derivative is an exact `custom_jvp` from the saved output (implicit function theorem),
 including tangents with respect to the scores, T and the entropy's parameters.
@@ -21,6 +23,7 @@ The root iteration here is purpose-built and batch-native; the independent cross
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import equinox as eqx
@@ -32,10 +35,14 @@ from ._entropies import (
     AbstractEntropy,
     Burg,
     AbstractSeparableEntropy,
+    Kaniadakis,
     AbstractTsallisShapedEntropy,
     Abe,
+    Renyi,
+    SharmaMittal,
     Shannon,
     Tsallis,
+    _concrete,
 )
 
 __all__ = [
@@ -178,6 +185,79 @@ def _abe_component(entropy, y, log, steps=3):
     return x, slope, log, jnp.abs(A - target) / (1 + jnp.abs(target))
 
 
+# Abe with |ln q| >= _ABE_V_MIN_EPS is solved in v = x^(1/Q - 1) (Q = max(q, 1/q)); closer to
+# q = 1 the asinh form above keeps the Shannon limit free of cancellation.
+_ABE_V_MIN_EPS = 0.2
+
+
+def _neg_pow(v, a, log_v):
+    """$v^{-a}$; a few multiplies and a sqrt when 2a is a small known integer."""
+    if _small_half_integer(a):
+        k2 = int(round(2 * _concrete_float(a)))
+        p = jax.lax.integer_pow(v, k2 // 2) if k2 >= 2 else jnp.ones_like(v)
+        if k2 % 2:
+            p = p * jnp.sqrt(v)
+        return 1.0 / p
+    return jnp.exp(-a * log_v)
+
+
+def _small_half_integer(a):
+    a_c = _concrete_float(a)
+    return a_c is not None and abs(2 * a_c - round(2 * a_c)) < 1e-12 and 1 <= round(2 * a_c) <= 8
+
+
+def _concrete_float(x):
+    try:
+        return float(x)
+    except Exception:  # a tracer
+        return None
+
+
+def _abe_v_constants(entropy):
+    q_c = _concrete_float(entropy.q)
+    if q_c is not None:
+        Q = max(q_c, 1.0 / q_c)
+        return Q, Q / (Q - 1)
+    Q = jnp.exp(entropy.eps)
+    return Q, Q / (Q - 1)
+
+
+def _abe_v_guess(entropy, y):
+    """Cold start for `_abe_component_v`: the Shannon core $v = e^{b(1-w)}$, capped by the
+    upper bound of the root (exact in the algebraic tail)."""
+    Q, p = _abe_v_constants(entropy)
+    w = 1.0 + jnp.maximum(y, -jnp.sqrt(jnp.finfo(y.dtype).max))
+    v_lb = jnp.maximum(1.0, (Q * Q - 1) * (-w))
+    v_ub = (Q * Q - 1) * (-w) + Q * Q * jnp.exp(-Q * jnp.log(v_lb))
+    return jnp.minimum(jnp.exp(jnp.minimum((1 - w) / p, 50.0)), v_ub)
+
+
+def _abe_component_v(entropy, y, v, steps=2):
+    r"""Abe inversion $G(x) = 1 + y$ (for |ln q| not small) in $v = x^{-b}$, $b = 1 - 1/Q$:
+    $f(v) = v/Q - Q v^{-Q} + (Q - 1/Q)(1 + y) = 0$, f increasing and concave, so a Newton
+    step from any point lands at or left of the root and the iteration is monotone from
+    there; $v \ge \max(1, (Q^2 - 1)(-w))$ is a lower bound (x <= 1 as y <= 0). Warm-started
+    from `v`. Returns (x, slope, v, error estimate relative to v)."""
+    Q, p = _abe_v_constants(entropy)
+    # below -sqrt(max) the weight underflows (x < |w|^-1) and the clamp keeps v finite
+    w = 1.0 + jnp.maximum(y, -jnp.sqrt(jnp.finfo(y.dtype).max))
+    v_lb = jnp.maximum(1.0, (Q * Q - 1) * (-w))
+    v = jnp.maximum(v, v_lb)
+    c = (Q - 1.0 / Q) * w
+    for _ in range(steps):
+        vq = _neg_pow(v, Q, jnp.log(v))
+        fp = 1.0 / Q + Q * Q * vq / v
+        step = (v / Q - Q * vq + c) / fp
+        v = jnp.maximum(v - step, v_lb)  # (jnp.fmax here defeats XLA:CPU vectorization)
+    x = _neg_pow(v, p, jnp.log(v))
+    slope = p * (x / v) * (Q - 1.0 / Q) / fp
+    rel = jnp.abs(step) / v
+    # Newton from the left: the relative error left after the last step is at most about
+    # C rel^2, C = max v|f''|/(2 f') = (Q + 1)/2
+    err = rel * jnp.minimum(1.0, 0.5 * (Q + 1) * rel)
+    return x, slope, v, err
+
+
 def _normalization_power(entropy):
     r"""Box-Cox power lam: the solver zeroes $h = (S^{lam} - 1)/lam$ ($\log S$ at lam = 0),
     $S(\nu) = \sum_i\rho_i(\nu)$. The power makes h exactly linear in nu when one key is
@@ -188,6 +268,10 @@ def _normalization_power(entropy):
         return jnp.minimum(entropy.q - 1, 1.0)
     if isinstance(entropy, Burg):
         return -1.0
+    if isinstance(entropy, Kaniadakis):
+        # between Shannon's log (exact for the exponential core) and -kappa (exact for the
+        # algebraic tail x ~ |w|^(-1/kappa)): fewest Newton steps over typical score spreads
+        return -0.5 * entropy._k
     return 0.0
 
 
@@ -200,7 +284,7 @@ def _boxcox(S, dS, lam):
     return h, dh
 
 
-def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None):
+def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, _abe_form=None):
     r"""Solve $\hat G(\rho_i) = (z_i - \nu)/T$, $\sum\rho = 1$ for every row.
 
     Bracketed Newton on a Box-Cox transform of $S(\nu) = \sum\rho(\nu)$, with an Illinois
@@ -209,9 +293,27 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None):
     The loop carries one scalar per row, so each iteration is one fused pass over the
     scores. Returns (rho, nu, slope) with `slope = d rho/d y` on the support.
     """
+    is_abe = isinstance(entropy, Abe)
+    if is_abe and _abe_form is None:
+        # Abe: the v form away from q = 1 (cheap, warm-started), the asinh form near it.
+        if jnp.ndim(entropy.eps) > 0:
+            _abe_form = "asinh"
+        else:
+            q_c = _concrete_float(entropy.q)
+            eps_c = None if q_c is None else abs(math.log(q_c))
+            if eps_c is None:
+                def branch(form):
+                    return lambda e, z_, k_, T_: _solve_separable(e, z_, k_, T_, nu0, max_iter, form)
+
+                return jax.lax.cond(entropy.eps >= _ABE_V_MIN_EPS, branch("v"), branch("asinh"),
+                                    entropy, z, keep, T)
+            _abe_form = "v" if eps_c >= _ABE_V_MIN_EPS else "asinh"
+    abe_v = is_abe and _abe_form == "v"
     dtype = z.dtype
     eps = jnp.finfo(dtype).eps
-    tol = 4 * eps
+    # |S - 1| target: 4 eps in float64; float32 stops at 16 eps (~2e-6), well inside its
+    # rounding of the scores themselves
+    tol = 4 * eps if eps < 1e-10 else 16 * eps
     inner_tol = 256 * eps
     if max_iter is None:
         max_iter = 200
@@ -228,13 +330,17 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None):
     lo = jnp.zeros_like(zmax)
     hi = jnp.maximum(-T * entropy.G_shifted(1.0 / n), lo)
     lam = _normalization_power(entropy)
-    is_abe = isinstance(entropy, Abe)
     newton_only_bad = isinstance(entropy, Tsallis)
     use_newton = jnp.logical_not(jnp.asarray(entropy.q) > 2) if newton_only_bad else True
 
-    def components(nu, aux):
+    def components(nu, aux, steps=2):
         y = jnp.where(keep, (z - nu) / T, 0.0)
-        if is_abe:
+        if abe_v:
+            # warm-started from the previous iterate: an inexact S(nu) is flagged by `inner`
+            # (brackets and the stopping test only trust converged components)
+            rho, slope, aux, inner = _abe_component_v(entropy, y, aux, steps)
+            inner = jnp.max(jnp.where(keep, inner, 0.0), -1, keepdims=True)
+        elif is_abe:
             # a fresh start from the asymptotic guess each time (no warm start), so that
             # every evaluation of S(nu) is the same function of nu and brackets stay valid
             rho, slope, aux, inner = _abe_component(entropy, y, entropy.log_guess(y), steps=6)
@@ -244,15 +350,30 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None):
             inner = jnp.zeros_like(nu)
         return jnp.where(keep, rho, 0.0), jnp.where(keep, slope, 0.0), aux, inner
 
-    def evaluate(nu, aux):
-        rho, slope, aux, inner = components(nu, aux)
+    def evaluate(nu, aux, steps=2):
+        rho, slope, aux, inner = components(nu, aux, steps)
         S = jnp.sum(rho, -1, keepdims=True)
         h, dh = _boxcox(S, -jnp.sum(slope, -1, keepdims=True) / T, lam)
         return h, dh, aux, inner
 
-    nu = lo if nu0 is None else jnp.clip(jnp.broadcast_to(nu0, lo.shape), lo, hi)
-    aux0 = jnp.where(keep, entropy.log_guess((z - nu) / T), 0.0) if is_abe else jnp.zeros((), dtype)
-    h, dh, aux, inner = evaluate(nu, aux0)
+    if nu0 is None:
+        # Jensen: for a convex law x(y) (all but Tsallis q > 2), S(nu) >= n x(mean y), so
+        # nu = mean z + hi (where n x = 1) is still left of the root; far closer than the
+        # max for dense families (S there ~ 1.1 instead of ~ n^(1/2) for N = 512 gaussians).
+        zbar = jnp.sum(z, -1, keepdims=True) / n  # masked entries are 0 here
+        jensen = jnp.clip(zbar + hi, lo, hi)
+        if newton_only_bad:
+            jensen = jnp.where(use_newton, jensen, lo)
+        nu = jensen
+    else:
+        nu = jnp.clip(jnp.broadcast_to(nu0, lo.shape), lo, hi)
+    if abe_v:
+        aux0 = jnp.where(keep, _abe_v_guess(entropy, (z - nu) / T), 1.0)
+    elif is_abe:
+        aux0 = jnp.where(keep, entropy.log_guess((z - nu) / T), 0.0)
+    else:
+        aux0 = jnp.zeros((), dtype)
+    h, dh, aux, inner = evaluate(nu, aux0, steps=4)  # Abe: a cold start
     if newton_only_bad:
         h_hi = jnp.where(use_newton, jnp.nan, jnp.minimum(evaluate(hi, aux0)[0], 0.0))
     else:
@@ -268,7 +389,8 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None):
 
     def body(s):
         # Bracket updates only trust h when the components are converged (Abe).
-        trusted = s.inner <= 1e3 * inner_tol
+        # (the sign of h: components converged, or their error well below |h|)
+        trusted = (s.inner <= inner_tol) | ((s.inner <= 1e3 * inner_tol) & (8 * s.inner <= jnp.abs(s.h)))
         left = (s.h >= 0) & trusted
         right = (s.h < 0) & trusted
         lo = jnp.where(left, s.nu, s.lo)
@@ -294,13 +416,23 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None):
         collapsed = (hi - lo) <= 8 * eps * (jnp.abs(nu_new) + T)
         settled = small & ((jnp.abs(h) <= jnp.sqrt(eps)) | collapsed)
         done = s.done | (((jnp.abs(h) <= tol) | settled | collapsed) & inner_ok)
+        # Predictive stop: after two Newton steps on converged components, Newton's error
+        # model h_next ~ M h^2, M ~ |h| / h_prev^2 (floored at 1: a previous step far from
+        # the root underestimates it), says whether one more step lands within tol; if so
+        # take that step without evaluating it (the caller's final pass evaluates rho there).
+        newton_next = nu_new - h / jnp.where(dh < 0, dh, -1.0)
+        in_bracket = jnp.where(h >= 0, (newton_next >= nu_new) & (newton_next <= hi),
+                               (newton_next <= nu_new) & (newton_next >= lo))
+        predicted = (ok_newton & inner_ok & trusted & (dh < 0) & in_bracket
+                     & (2 * h**2 * jnp.maximum(jnp.abs(h), s.h**2) <= tol * s.h**2) & ~done)
+        nu_new = jnp.where(predicted, newton_next, nu_new)
+        done = done | predicted
         return _RootState(
             s.it + 1, nu_new, h, dh, lo, h_lo, hi, h_hi, side,
             jnp.where(s.done, s.aux, aux) if is_abe else s.aux, inner, done,
         )
 
     out = jax.lax.while_loop(cond, body, state)
-    _solve_separable.last_iterations = out.it
     rho, slope, _, _ = components(out.nu, out.aux)
     return rho, out.nu + zmax, slope
 
@@ -365,7 +497,9 @@ def _scan_consistency(entropy, z, keep, T, n_grid):
     return logM, rho, nu, r
 
 
-def _solve_tsallis_shaped(entropy, z, keep, T, n_grid=24, n_candidates=2):
+def _solve_tsallis_shaped_scan(entropy, z, keep, T, n_grid=24, n_candidates=2):
+    """The nested scan in log M (each point a Tsallis solve): kept for temperature factors
+    that are not a power of M."""
     logM, rho_g, nu_g, r = _scan_consistency(entropy, z, keep, T, n_grid)
     # Candidate brackets: downward crossings (stable branches). Rank them by the free
     # energy of the grid-point profiles at their ends: F(rho_t) + T[Psi(M_t) - Psi(a) -
@@ -393,6 +527,299 @@ def _solve_tsallis_shaped(entropy, z, keep, T, n_grid=24, n_candidates=2):
     rho = jnp.take_along_axis(rho_c, best, 0)[0]
     logM_star = jnp.take_along_axis(x_c, best, 0)[0]
     return rho, logM_star
+
+
+# Renyi / Sharma-Mittal as ONE scalar equation per row (no inner Tsallis solve).
+#
+# With p = 1/(q-1), d_i = max z - z_i >= 0 and u_i = (delta - d_i)_+ (q > 1) or delta + d_i
+# (q < 1), every Tsallis profile is rho_i = u_i^p / S_p, S_k = sum_i u_i^k: its temperature is
+# q S_p^(q-1)/|q-1| and M_q = S_{p+1}/S_p^q. With T_eff = T M^-s (Renyi s = 1, Sharma-Mittal
+# s = (q-r)/(q-1)) the self-consistency is, in t = log delta,
+#     h(t) = s log S_{p+1} - beta log S_p - log a = 0,   beta = s q - (q-1),  a = qT/|q-1|,
+# i.e. h = t + s log Shat_{p+1} - beta log Shat_p - log a with Shat_k = sum (u/delta)^k.
+# h -> -inf as delta -> 0 (one-hot) and +inf as delta -> inf (uniform);
+#     dh/d delta = (1 - gamma D)/R,  gamma = beta/(q-1),  R = S_{p+1}/S_p > 0,
+#     D = S_{p+1} S_{p-1}/S_p^2 - 1 >= 0 (Cauchy-Schwarz),
+# and dF(rho(delta))/d delta has the sign of h: stable branches are the upward crossings and
+# the least-F branch is the global minimum of F along the curve delta -> rho(delta).
+# gamma <= 0 (r >= 2 - 1/q: Renyi q < 1, Sharma-Mittal(2, 1.5), ...) makes h increasing: one
+# root, no scan. Otherwise a coarse grid certifies the row cell by cell (see _shape_certify);
+# rows it cannot certify are rescanned on a fine grid (_shape_scan), a chunk of rows at a time.
+
+_SHAPE_CELLS = 4  # certificate grid
+_SHAPE_SCAN_CELLS = 64  # fine scan of the uncertified rows
+_SHAPE_CHUNK = 64  # rows per fine-scan chunk
+_SHAPE_SOFT = 0.9  # heuristic bound on gamma*D at the ends of a cell no rigorous test passes
+_SHAPE_SOFT_MIN_KEYS = 16  # active keys needed at the left end of a cell for the heuristic
+
+
+def _shape_exponent(entropy):
+    """s with T_eff = T M_q^-s (Renyi 1, Sharma-Mittal (q-r)/(q-1)); None otherwise."""
+    if isinstance(entropy, Renyi):
+        return 1.0
+    if isinstance(entropy, SharmaMittal):
+        return (entropy.q - entropy.r) / (entropy.q - 1)
+    return None
+
+
+class _Shape(NamedTuple):
+    q: jax.Array
+    p: jax.Array
+    s: jax.Array
+    beta: jax.Array
+    gamma: jax.Array
+    d: jax.Array
+    keep: jax.Array
+    loga: jax.Array
+    t_lo: jax.Array
+    t_hi: jax.Array
+
+
+def _shape_setup(entropy, z, keep, T):
+    q = entropy.q
+    dtype = z.dtype
+    s = _shape_exponent(entropy)
+    p = 1.0 / (q - 1)
+    beta = s * q - (q - 1)
+    gamma = beta / (q - 1)
+    T = jnp.asarray(T, dtype)
+    row_shape = jnp.broadcast_shapes(z.shape[:-1] + (1,), keep.shape[:-1] + (1,),
+                                     T.shape if T.ndim else ())
+    z = jnp.broadcast_to(z, row_shape[:-1] + z.shape[-1:])
+    keep = jnp.broadcast_to(keep, z.shape)
+    zmax = _row_max(z, keep)
+    d = jnp.where(keep, zmax - z, 0.0)
+    n = jnp.sum(keep, -1, keepdims=True).astype(dtype)
+    logn = jnp.log(n)
+    above = q > 1
+    loga = jnp.broadcast_to(jnp.log(q * T / jnp.abs(q - 1)), row_shape).astype(dtype)
+    # Every root: h = log(delta/a) + s log M + (q-1) L with L = -log max(rho) in [0, log n]
+    # and log M in [max(-qL, (1-q) log n), -(q-1) L] (q > 1) or [(1-q) L, (1-q) log n]
+    # (q < 1); the extremes of h sit on the vertices of that triangle.
+    c = q - 1
+    v1 = jnp.where(above, c * c / q - s * c, s * (1 - q)) * logn
+    v2 = jnp.where(above, (1 - s) * c, (s - 1) * (1 - q)) * logn
+    t_lo = loga - jnp.maximum(0.0, jnp.maximum(v1, v2)) - 1e-3
+    t_hi = loga - jnp.minimum(0.0, jnp.minimum(v1, v2)) + 1e-3
+    # q > 1, 0 <= s <= 1: h >= log(R/a) and R >= delta - mean(d), so delta <= a + mean(d).
+    tight = jnp.log(jnp.exp(loga) + jnp.sum(d, -1, keepdims=True) / n) + 1e-3
+    t_hi = jnp.where(above & (s >= 0) & (s <= 1), jnp.minimum(t_hi, tight), t_hi)
+    if _concrete(q) is not None and _concrete(q) > 1:
+        d = jnp.where(keep, d, jnp.inf)  # no weight in _shape_sums
+    return _Shape(q, p, s, beta, gamma, d, keep, loga, t_lo, t_hi)
+
+
+def _shape_sums(sh, t, count=False):
+    """(Shat_{p-1}, Shat_p, Shat_{p+1}) at t = log delta (and, with `count`, the number of
+    active keys), and the weights (u/delta)^p: one elementwise pass."""
+    inv = jnp.exp(-t)
+    qc, pc = _concrete(sh.q), _concrete(sh.p)
+    if qc is not None and qc > 1:
+        v = jnp.maximum(1.0 - sh.d * inv, 0.0)  # masked keys carry d = +inf: v = 0
+        if pc == round(pc) and 1 <= pc <= 4:  # q = 2, 3/2, 4/3, 5/4: multiplies only
+            k = int(round(pc))
+            vm = (v > 0).astype(v.dtype) if k == 1 else jax.lax.integer_pow(v, k - 1)
+            vp = v if k == 1 else vm * v
+        else:
+            act = v > 0
+            vs = jnp.where(act, v, 1.0)
+            vp = jnp.where(act, jnp.exp(sh.p * jnp.log(vs)), 0.0)
+            vm = vp / vs
+        vq = vp * v
+    else:
+        above = sh.q > 1
+        d = jnp.where(sh.keep, sh.d, 0.0)
+        v = jnp.where(above, 1.0 - d * inv, 1.0 + d * inv)
+        act = sh.keep & (v > 0)
+        vs = jnp.where(act, v, 1.0)
+        vp = jnp.where(act, jnp.exp(sh.p * jnp.log(vs)), 0.0)
+        vm = jnp.where(act, vp / vs, 0.0)
+        vq = vp * vs
+    terms = (vm.astype(v.dtype), vp, vq)
+    if count:
+        terms = terms + ((v > 0).astype(v.dtype) if qc is not None and qc > 1
+                         else act.astype(v.dtype),)
+    zero = jnp.zeros((), v.dtype)
+    S = jax.lax.reduce(terms, (zero,) * len(terms), _add_tuple, (v.ndim - 1,))
+    return tuple(x[..., None] for x in S), vp
+
+
+def _add_tuple(a, b):
+    return tuple(x + y for x, y in zip(a, b))
+
+
+def _shape_eval(sh, t, count=False):
+    S, _ = _shape_sums(sh, t, count)
+    S0, S1, S2 = S[:3]
+    h = t + sh.s * jnp.log(S2) - sh.beta * jnp.log(S1) - sh.loga
+    dh = sh.s * (sh.p + 1) * S1 / S2 - sh.beta * sh.p * S0 / S1
+    return (S0, S1, S2, h, dh) + S[3:]
+
+
+def _shape_newton(sh, t, lo, hi, max_iter=60):
+    """Bracketed Newton in t for h = 0, h(lo) < 0 <= h(hi) (bisection when Newton leaves)."""
+    eps = jnp.finfo(sh.d.dtype).eps
+    _, _, _, h, dh = _shape_eval(sh, t)
+
+    def body(st):
+        it, t, lo, hi, h, dh, done = st
+        lo = jnp.where(h < 0, t, lo)
+        hi = jnp.where(h >= 0, t, hi)
+        newton = t - h / jnp.where(dh > 0, dh, 1.0)
+        ok = (dh > 0) & (newton > lo) & (newton < hi)
+        t_new = jnp.where(ok, newton, 0.5 * (lo + hi))
+        small = jnp.abs(t_new - t) <= 4 * eps * (1 + jnp.abs(t))
+        t_new = jnp.where(done, t, t_new)
+        _, _, _, h_new, dh_new = _shape_eval(sh, t_new)
+        done_new = done | small | (jnp.abs(h_new) <= 2 * eps) | (
+            hi - lo <= 4 * eps * (1 + jnp.abs(t)))
+        return (it + 1, t_new, lo, hi, jnp.where(done, h, h_new), jnp.where(done, dh, dh_new),
+                done_new)
+
+    st = (jnp.array(0), t, lo, hi, h, dh, jnp.abs(h) <= 2 * eps)
+    st = jax.lax.while_loop(lambda s: (s[0] < max_iter) & ~jnp.all(s[-1]), body, st)
+    return st[1]
+
+
+def _shape_profile(sh, t):
+    (_, S1, S2), vp = _shape_sums(sh, t)
+    return vp / S1, jnp.log(S2) - sh.q * jnp.log(S1)
+
+
+def _shape_grid(sh, K):
+    u = jnp.linspace(0.0, 1.0, K + 1, dtype=sh.d.dtype)
+    tg = sh.t_lo + (sh.t_hi - sh.t_lo) * u.reshape((K + 1,) + (1,) * sh.d.ndim)
+    # one row pass per grid point (a batched (K+1, ..., N) pass is slower on CPU)
+    S0, S1, S2, h, _, n = jax.lax.map(lambda t: _shape_eval(sh, t, True), tg)
+    return tg, S0, S1, S2, h, n
+
+
+def _pick_cell(k, tg, h):
+    """Bracket and secant start in cell k of the grid (k: (1, ...) indices)."""
+    pick = lambda x: jnp.take_along_axis(x * jnp.ones_like(h[:-1]), k, 0)  # noqa: E731
+    lo, hi, h_lo, h_hi = pick(tg[:-1]), pick(tg[1:]), pick(h[:-1]), pick(h[1:])
+    t0 = lo - h_lo * (hi - lo) / jnp.where(h_hi != h_lo, h_hi - h_lo, 1.0)
+    return jnp.clip(t0, lo, hi), lo, hi
+
+
+def _shape_certify(sh, tg, S0, S1, S2, h, n):
+    """Per row: is the root unique (so that Newton in its grid cell finds every branch)?
+
+    A cell [t_k, t_k+1] passes when (rigorous) h cannot vanish on it: <d> is nondecreasing in
+    delta, so R = delta -+ <d> lies in [delta_k -+ <d>_k+1, delta_k+1 -+ <d>_k] (q > 1; for q < 1
+    R = delta + <d> is monotone), and (q-1) log S_p is increasing; or (rigorous) h is increasing
+    on it: gamma D <= gamma (S_{p+1} S_{p-1} / S_p^2)_max - gamma < 1 from the endpoint sums,
+    each S_k being monotone in delta when p >= 1 or q < 1; or (heuristic) gamma D <= 0.9 at
+    both ends. The row is certified when every cell passes and h changes sign exactly once.
+    """
+    q, p, s, gamma = sh.q, sh.p, sh.s, sh.gamma
+    above = q > 1
+    dg = jnp.exp(tg)
+    vbar = S2 / S1
+    dd = jnp.where(above, dg * (1 - vbar), dg * (vbar - 1))  # <d>
+    W = (q - 1) * (p * tg + jnp.log(S1))  # (q-1) log S_p
+    R_min = jnp.where(above, dg[:-1] - dd[1:], dg[:-1] + dd[:-1])
+    R_max = jnp.where(above, dg[1:] - dd[:-1], dg[1:] + dd[1:])
+    lR_min = jnp.log(jnp.maximum(R_min, 0.0))
+    lR_max = jnp.log(jnp.maximum(R_max, 0.0))
+    a1, a2 = s * lR_min, s * lR_max
+    b1, b2 = (1 - s) * W[:-1], (1 - s) * W[1:]
+    h_min = jnp.minimum(a1, a2) + jnp.minimum(b1, b2) - sh.loga
+    h_max = jnp.maximum(a1, a2) + jnp.maximum(b1, b2) - sh.loga
+    excluded = (h_min > 0) | (h_max < 0)
+    lS0 = (p - 1) * tg + jnp.log(S0)
+    lS1 = p * tg + jnp.log(S1)
+    lS2 = (p + 1) * tg + jnp.log(S2)
+    log_kappa = (jnp.maximum(lS0[:-1], lS0[1:]) + jnp.maximum(lS2[:-1], lS2[1:])
+                 - 2 * jnp.minimum(lS1[:-1], lS1[1:]))
+    increasing = (gamma <= 0) | (((q < 1) | (p >= 1)) & (gamma * jnp.expm1(log_kappa) < 1))
+    gD = gamma * (S0 * S2 / (S1 * S1) - 1)
+    # the heuristic only where D cannot move fast: no support changes (q < 1), or 1 < q <= 2
+    # with enough active keys at the cell's left end that keys entering the support move D
+    # by little (q = 2: D jumps by (D + 1)/n at each entry); never for q > 2 (D -> inf at
+    # each entry). A near-one-hot start (few active keys) is where folds hide.
+    smooth = (q < 1) | ((p >= 1) & (n[:-1] >= _SHAPE_SOFT_MIN_KEYS))
+    soft = smooth & (jnp.maximum(gD[:-1], gD[1:]) <= _SHAPE_SOFT)
+    neg = h < 0
+    change = neg[:-1] != neg[1:]
+    ok = jnp.all(excluded | increasing | soft, 0) & (jnp.sum(change, 0) == 1)
+    return ok, jnp.argmax(change, 0)[None]
+
+
+def _value_of_logM(entropy, logM):
+    if isinstance(entropy, Renyi):
+        return logM / (1 - entropy.q)
+    return jnp.expm1((1 - entropy.r) / (1 - entropy.q) * logM) / (1 - entropy.r)
+
+
+def _shape_scan(entropy, sh, T, K=_SHAPE_SCAN_CELLS, n_candidates=3):
+    """All rows: fine grid in t, the upward crossings of h ranked by the free energy of the
+    grid profiles at their ends, each candidate polished by Newton, the least F returned."""
+    tg, S0, S1, S2, h, _ = _shape_grid(sh, K)
+    dg = jnp.exp(tg)
+    vbar = S2 / S1
+    dd = jnp.where(sh.q > 1, dg * (1 - vbar), dg * (vbar - 1))  # <d>
+    F = dd - T * _value_of_logM(entropy, jnp.log(S2) - sh.q * jnp.log(S1))  # F + max z
+    neg = h < 0
+    up = neg[:-1] & ~neg[1:]
+    score = jnp.where(up, jnp.minimum(F[:-1], F[1:]), jnp.inf)
+    order = jnp.argsort(score[..., 0], axis=0)[:n_candidates][..., None]  # (C, ..., 1)
+    valid = jnp.take_along_axis(score, order, 0) < jnp.inf
+    order = jnp.where(valid, order, order[:1])
+    t0, lo, hi = _pick_cell(order, tg, h)
+    t = _shape_newton(sh, t0, lo, hi)
+    rho_c, logM_c = _shape_profile(sh, t)
+    zrel = jnp.where(sh.keep, -sh.d, 0.0)
+    F_c = _free_energy_rows(entropy, rho_c, zrel, sh.keep, T)
+    best = jnp.argmin(F_c[..., 0], axis=0)[None, ..., None]
+    return jnp.take_along_axis(rho_c, best, 0)[0], jnp.take_along_axis(logM_c, best, 0)[0]
+
+
+def _shape_rescan(entropy, sh, T, redo, rho, logM):
+    """Replace the rows flagged in `redo` by `_shape_scan`, `_SHAPE_CHUNK` rows at a time."""
+    N = rho.shape[-1]
+    row_shape = rho.shape[:-1] + (1,)
+    B = 1
+    for size in row_shape[:-1]:
+        B *= size
+    flat = lambda x: jnp.broadcast_to(x, row_shape[:-1] + x.shape[-1:]).reshape(  # noqa: E731
+        (B, x.shape[-1]))
+    fl = _Shape(sh.q, sh.p, sh.s, sh.beta, sh.gamma, flat(sh.d), flat(sh.keep), flat(sh.loga),
+                flat(sh.t_lo), flat(sh.t_hi))
+    T_f = flat(jnp.broadcast_to(jnp.asarray(T, rho.dtype), row_shape))
+    redo = flat(redo)[:, 0]
+    Bc = min(B, max(_SHAPE_CHUNK, B // 32))
+    order = jnp.nonzero(redo, size=B, fill_value=B)[0]
+    count = jnp.sum(redo)
+
+    def body(c):
+        j, rho, logM = c
+        idx = jax.lax.dynamic_slice(order, (j * Bc,), (Bc,))
+        valid = idx < B
+        at = jnp.where(valid, idx, 0)
+        sub = _Shape(*fl[:5], *(x[at] for x in fl[5:]))
+        r, m = _shape_scan(entropy, sub, T_f[at])
+        tgt = jnp.where(valid, idx, B)
+        return j + 1, rho.at[tgt].set(r, mode="drop"), logM.at[tgt].set(m, mode="drop")
+
+    _, rho_f, logM_f = jax.lax.while_loop(lambda c: c[0] * Bc < count, body,
+                                          (jnp.array(0), rho.reshape(B, N), logM.reshape(B, 1)))
+    return rho_f.reshape(rho.shape), logM_f.reshape(logM.shape)
+
+
+def _solve_tsallis_shaped(entropy, z, keep, T):
+    if _shape_exponent(entropy) is None:
+        return _solve_tsallis_shaped_scan(entropy, z, keep, T)
+    sh = _shape_setup(entropy, z, keep, T)
+    gamma = _concrete(sh.gamma)
+    if gamma is not None and gamma <= 0:  # h increasing: the root is unique
+        t = _shape_newton(sh, 0.5 * (sh.t_lo + sh.t_hi), sh.t_lo, sh.t_hi)
+        return _shape_profile(sh, t)
+    tg, S0, S1, S2, h, n = _shape_grid(sh, _SHAPE_CELLS)
+    ok, k = _shape_certify(sh, tg, S0, S1, S2, h, n)
+    t0, lo, hi = _pick_cell(k, tg, h)
+    rho, logM = _shape_profile(sh, _shape_newton(sh, t0[0], lo[0], hi[0]))
+    return _shape_rescan(entropy, sh, T, ~ok, rho, logM)
 
 
 # --------------------------------------------------------------------------- the operator
