@@ -79,9 +79,11 @@ def _prepare(scores, T, mask, axis):
         if keep.dtype != bool:
             raise TypeError(f"mask must be boolean (True = keep), got dtype {keep.dtype}")
         keep = jnp.moveaxis(jnp.broadcast_to(keep, jnp.moveaxis(z, -1, axis).shape), axis, -1)
-    z = eqx.error_if(z, jnp.any(jnp.isnan(z) | (z == jnp.inf)), "scores contain NaN or +inf")
     keep = keep & (z > -jnp.inf)  # -inf behaves like a masked entry
     T = jnp.asarray(T, dtype=z.dtype)
+    # Both checks ride on the small T (every solve reads it): routing the full score array
+    # through error_if would cost an extra pass over it.
+    T = eqx.error_if(T, jnp.any(jnp.isnan(z) | (z == jnp.inf)), "scores contain NaN or +inf")
     T = eqx.error_if(T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)), "T must be finite and > 0")
     if T.ndim > 0:
         T = T[..., None]
