@@ -499,38 +499,6 @@ def _scan_consistency(entropy, z, keep, T, n_grid):
     return logM, rho, nu, r
 
 
-def _solve_tsallis_shaped_scan(entropy, z, keep, T, n_grid=24, n_candidates=2):
-    """The nested scan in log M (each point a Tsallis solve): kept for temperature factors
-    that are not a power of M."""
-    logM, rho_g, nu_g, r = _scan_consistency(entropy, z, keep, T, n_grid)
-    # Candidate brackets: downward crossings (stable branches). Rank them by the free
-    # energy of the grid-point profiles at their ends: F(rho_t) + T[Psi(M_t) - Psi(a) -
-    # Psi'(a)(M_t - a)] is the exact dual value (equals F at a root).
-    down = (r[:-1] >= 0) & (r[1:] <= 0)
-    F_grid = _free_energy_rows(entropy, rho_g, z[None], keep[None], T)
-    score = jnp.minimum(F_grid[:-1], F_grid[1:])
-    score = jnp.where(down, score, jnp.inf)
-    order = jnp.argsort(score[..., 0], axis=0)[:n_candidates]  # (C, ...)
-    order = order[..., None]
-    a = jnp.take_along_axis(logM[:-1] * jnp.ones_like(r[:-1]), order, 0)
-    b = jnp.take_along_axis(logM[1:] * jnp.ones_like(r[1:]), order, 0)
-    valid = jnp.take_along_axis(down, order, 0)
-    nu0 = jnp.take_along_axis(nu_g[:-1], order, 0)
-    # Invalid candidates (fewer crossings than n_candidates) repeat the best one.
-    a = jnp.where(valid, a, a[:1])
-    b = jnp.where(valid, b, b[:1])
-    nu0 = jnp.where(valid, nu0, nu0[:1])
-    C = a.shape[0]
-    zc = jnp.broadcast_to(z, (C,) + z.shape)
-    kc = jnp.broadcast_to(keep, (C,) + keep.shape)
-    rho_c, x_c = _refine_any(entropy, zc, kc, T, a, b, jnp.ones(a.shape, bool), nu0)
-    F_c = _free_energy_rows(entropy, rho_c, zc, kc, T)
-    best = jnp.argmin(F_c[..., 0], axis=0)[None, ..., None]
-    rho = jnp.take_along_axis(rho_c, best, 0)[0]
-    logM_star = jnp.take_along_axis(x_c, best, 0)[0]
-    return rho, logM_star
-
-
 # Renyi / Sharma-Mittal as ONE scalar equation per row (no inner Tsallis solve).
 #
 # With p = 1/(q-1), d_i = max z - z_i >= 0 and u_i = (delta - d_i)_+ (q > 1) or delta + d_i
@@ -811,7 +779,7 @@ def _shape_rescan(entropy, sh, T, redo, rho, logM):
 
 def _solve_tsallis_shaped(entropy, z, keep, T):
     if _shape_exponent(entropy) is None:
-        return _solve_tsallis_shaped_scan(entropy, z, keep, T)
+        raise TypeError(f"no threshold parametrization for {type(entropy).__name__}")
     sh = _shape_setup(entropy, z, keep, T)
     gamma = _concrete(sh.gamma)
     if gamma is not None and gamma <= 0:  # h increasing: the root is unique
