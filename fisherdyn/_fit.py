@@ -13,8 +13,11 @@ energy model "A" holds the last fitted scores fixed (pure relaxation towards the
 stationary law), "B" interpolates the per-layer scores linearly in t (non-autonomous) and
 holds the last fitted ones beyond the fitted layers.
 
-Free parameters: mass $m = e^a$, damping $\\gamma = e^b$, temperature $T = e^c$ (each a smooth
-box of +-`_LOG_BOX` e-folds around a reference scale set by the data), the family's shape
+Free parameters: the inertial time $\\theta = m/\\gamma = e^a$ (so $m = \\gamma\\theta$), damping
+$\\gamma = e^b$, temperature $T = e^c$ (each a smooth box of +-`_LOG_BOX` e-folds around a
+reference scale set by the data: $\\theta$ around $e^{-2}$ x the fitted span, so that it
+reaches far below one layer step and the overdamped limit $\\theta \\to 0$ is approached
+whatever gamma is; a box on m itself would tie the smallest reachable $\\theta$ to gamma), the family's shape
 parameter in an unconstrained chart (Tsallis / Renyi $q = 1.01 + \\mathrm{softplus}(u)$,
 Kaniadakis $\\kappa = 0.01 + 0.94\\,\\sigma(u)$, Abe $q = e^{0.01 + \\mathrm{softplus}(u)}$) and
 the initial velocity (a tangent vector of the sphere at $x_0$; $N - 1$ numbers). The
@@ -41,11 +44,11 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
 import optimistix as optx
 from jaxtyping import Array
 
+from ._compile import RUN_ONCE
 from ._dynamics import FisherSystem, SphereCoordinates
 from ._entropies import Abe, AbstractEntropy, Burg, Kaniadakis, Renyi, Shannon, Tsallis
 from ._spectrum import relaxation_spectrum
@@ -193,7 +196,7 @@ def _resolve_family(family) -> tuple[int, float | None]:
 
 # --------------------------------------------------------------------------- the model
 
-_LOG_BOX = 6.0  # each of log m, log gamma, log T stays within +-6 e-folds of its scale
+_LOG_BOX = 6.0  # each of log(m/gamma), log gamma, log T stays within +-6 e-folds of its scale
 _FLOOR = 1e-6  # rho0 is mixed with this much of the uniform law (keeps zeros movable)
 _COORDS = SphereCoordinates()
 
@@ -215,8 +218,9 @@ def _unpack(p, data: _Data, overdamped):
     `overdamped` may be traced: then the mass and the velocity entries are ignored (their
     Jacobian columns vanish) and m = 0, v0 = 0 are reported."""
     box = lambda a, ref: ref + _LOG_BOX * jnp.tanh(a / _LOG_BOX)  # noqa: E731
-    mass = jnp.where(overdamped, 0.0, jnp.exp(box(p[0], data.scale[0])))
     damping = jnp.exp(box(p[1], data.scale[1]))
+    # p[0] charts the inertial time m/gamma (see the module docstring)
+    mass = jnp.where(overdamped, 0.0, damping * jnp.exp(box(p[0], data.scale[0])))
     T = jnp.exp(box(p[2], data.scale[2]))
     u = p[3]
     w = p[4:]
@@ -276,7 +280,9 @@ def _solve(family_index, overdamped, p, data: _Data, grids, static: _Static, rto
         (data.x0, v0),
         saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=g, fn=lambda t, y, a: y[0])
                                     for g in grids]),
-        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.3),
+        # the energy schedule has kinks at the layer times (model B): step onto them
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.3,
+                                                  jump_ts=data.times),
         max_steps=static.max_steps,
         adjoint=diffrax.ForwardMode(),
         throw=False,
@@ -339,7 +345,7 @@ def _fit_program(family_index, overdamped, data: _Data, inits, predict_times, st
     return ps[best], losses, a[best], b[best], ok[best]
 
 
-@eqx.filter_jit
+@functools.partial(eqx.filter_jit, **RUN_ONCE)
 def _predict_program(family_index, overdamped, params, data: _Data, times, static: _Static,
                      rtol, atol):
     def one(p, d):
@@ -371,7 +377,7 @@ class PathFit(eqx.Module):
     - `zeta`: damping ratio $\\gamma/(2\\sqrt{m\\,\\omega^2_{min}})$ of the softest tangent mode
       about the fixed point of the final energies (inf when overdamped);
       `relaxation_time`: $1/\\min_k(-\\mathrm{Re}\\,s_k)$ there, in the time unit of `times`.
-    - `at_bound`: a log-parameter (m, gamma or T) ended within 5% of its box edge
+    - `at_bound`: a log-parameter (m/gamma, gamma or T) ended within 5% of its box edge
       (+-6 e-folds around the data's reference scale): the value is a limit, not an estimate.
     - `times`, `scores` (the energy schedule used), `weights` (1 = fitted layer), `rho0`.
     - `predict_times`, `prediction` `(..., len, N)`: the trajectory at `predict_times` when
@@ -492,7 +498,8 @@ def _prepare(path, scores, times, fit_layers, energy_model):
     # reference scales: energies by the spread of the final scores, time by the fitted span
     sigma = np.maximum(np.std(z_last, -1), 1e-3)
     span = np.take_along_axis(times, last[..., None], -1)[..., 0] - times[..., 0]
-    scale = np.stack([np.log(sigma * span**2), np.log(sigma * span), np.log(sigma)], -1)
+    # (log inertial time m/gamma, log gamma, log T)
+    scale = np.stack([np.log(span) - 2.0, np.log(sigma * span), np.log(sigma)], -1)
     size = int(np.prod(batch)) if batch else 1
 
     def flat(x):
@@ -503,7 +510,7 @@ def _prepare(path, scores, times, fit_layers, energy_model):
     return data, batch, (K, N)
 
 
-@functools.partial(jax.jit, static_argnames=("fam_index",))
+@functools.partial(jax.jit, static_argnames=("fam_index",), **RUN_ONCE)
 def _summarize(params, losses, a, ok, data: _Data, overdamped, k, *, fam_index):
     """Physical parameters, distances, information criteria and the linear response
     (compiled once per family: `overdamped` and the parameter count `k` are traced)."""
@@ -526,7 +533,7 @@ def _summarize(params, losses, a, ok, data: _Data, overdamped, k, *, fam_index):
     safe_m = jnp.where(overdamped, 1.0, mass)
     zeta = jnp.where(overdamped, jnp.inf,
                      damping / (2 * jnp.sqrt(safe_m * jnp.maximum(soft, 1e-300))))
-    logs = jnp.stack([jnp.where(overdamped, data.scale[:, 0], jnp.log(safe_m)),
+    logs = jnp.stack([jnp.where(overdamped, data.scale[:, 0], jnp.log(safe_m / damping)),
                       jnp.log(damping), jnp.log(T)], -1)
     at_bound = jnp.any(jnp.abs(logs - data.scale) > 0.95 * _LOG_BOX, -1)
     return dict(entropy=entropy, shape=fam.value(u), mass=mass, damping=damping, T=T,
@@ -535,13 +542,14 @@ def _summarize(params, losses, a, ok, data: _Data, overdamped, k, *, fam_index):
                 relaxation_time=1.0 / spec.slowest_rate, at_bound=at_bound)
 
 
-def _initial_guesses(key, n_paths, restarts, n, u0, warm=None):
+def _initial_guesses(seed, n_paths, restarts, n, u0, warm=None):
     """Restart 0 sits at the reference scales, zero initial velocity and shape `u0` (or at
     `warm`, per path); the others are perturbed by standard normals around the reference
     (log-parameters and shape; the velocity by half of one)."""
     base = np.zeros(4 + n)
     base[3] = u0
-    noise = np.array(jr.normal(key, (n_paths, restarts, 4 + n), jnp.float64))
+    # NumPy's generator: a jax.random draw would compile a program per shape
+    noise = np.random.default_rng(seed).standard_normal((n_paths, restarts, 4 + n))
     noise[..., 4:] *= 0.5
     guesses = base + noise
     guesses[:, 0] = base if warm is None else warm
@@ -550,14 +558,18 @@ def _initial_guesses(key, n_paths, restarts, n, u0, warm=None):
 
 def _warm_start(init: "PathFit", data: _Data, overdamped: bool):
     """Restart 0 from a previous fit. From an overdamped fit to an inertial one: the same
-    (gamma, T, shape), zero initial velocity and a mass whose inertial time m/gamma is 1/50
-    of the shortest layer step, so the trajectory starts out as the overdamped one."""
+    (gamma, T, shape), zero initial velocity and an inertial time m/gamma of 1/20 of the
+    overdamped fit's relaxation time (kept between 1/50 and 1/2 of the shortest layer step),
+    so the trajectory starts out close to the overdamped one. When the overdamped flow relaxes
+    much faster than a layer, that start is stiff: the explicit solver may not resolve it
+    within `max_ode_steps` (the restart then fails and the others decide)."""
     p = np.array(init._params, np.float64).reshape(-1, init._params.shape[-1])
     if init.overdamped and not overdamped:
-        log_gamma = np.asarray(data.scale[:, 1]) + _LOG_BOX * np.tanh(p[:, 1] / _LOG_BOX)
         step = np.min(np.diff(np.asarray(data.times), axis=-1), -1)
-        log_m = log_gamma + np.log(step / 50)
-        rel = np.clip((log_m - np.asarray(data.scale[:, 0])) / _LOG_BOX, -0.99, 0.99)
+        tau = np.asarray(init.relaxation_time, np.float64).reshape(-1)
+        tau = np.where(np.isfinite(tau) & (tau > 0), tau, step)
+        log_theta = np.log(np.clip(tau / 20, step / 50, step / 2))
+        rel = np.clip((log_theta - np.asarray(data.scale[:, 0])) / _LOG_BOX, -0.99, 0.99)
         p[:, 0] = _LOG_BOX * np.arctanh(rel)
         p[:, 4:] = 0.0
     return p
@@ -617,8 +629,9 @@ def fit_path(
       `seed`: the restarts' PRNG seed; `tol`: LM tolerance (relative and absolute).
     - `init`: a previous `PathFit` of the same paths (same batch shape and family) whose
       parameters become the first initial guess; from an overdamped fit, an inertial fit
-      starts at the same (gamma, T, shape) with a tiny mass (m/gamma = 1/50 layer) and zero
-      velocity, so it can only improve on the first-order fit it nests in that limit.
+      starts at the same (gamma, T, shape), zero velocity and a short inertial time (m/gamma
+      = 1/20 of the overdamped relaxation time, between 1/50 and 1/2 of a layer step), close
+      to the first-order fit it nests in the limit m/gamma -> 0.
     - `rtol`, `atol`, `max_ode_steps`: Diffrax step control; a solve that needs more steps
       counts as a failed trajectory (priced as a path at distance pi from every layer).
     - `compile_with`: families (classes, instances or names) to compile into the same
@@ -658,7 +671,7 @@ def fit_path(
             if init.batch_shape != batch or init._params.shape[-1] != 4 + N:
                 raise ValueError(f"init has batch shape {init.batch_shape}, expected {batch}")
             warm = _warm_start(init, data, overdamped)
-        inits = _initial_guesses(jr.PRNGKey(seed), size, int(restarts), N, u0, warm)
+        inits = _initial_guesses(int(seed), size, int(restarts), N, u0, warm)
         compiled = {fam_index} | {_resolve_family(f)[0] for f in (compile_with or ())}
         static = _Static(int(max_ode_steps), tuple(sorted(compiled)))
         tols = (float(rtol), float(atol))

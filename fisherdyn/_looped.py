@@ -37,6 +37,7 @@ import jax.random as jr
 import numpy as np
 import optax
 
+from ._compile import RUN_ONCE
 from ._entropies import AbstractEntropy, Shannon
 from ._stationary import stationary
 
@@ -326,18 +327,38 @@ class LoopedTransformer(eqx.Module):
     def __call__(self, tokens, n_loops: int | None = None):
         return self.loop_logits(tokens, n_loops)[-1]
 
+    def with_loops(self, n_loops: int) -> "LoopedTransformer":
+        """The same weights as a model of `n_loops` loops at step `config.step / n_loops`
+        (the same continuous depth c, discretized finer or coarser)."""
+        return _with_config(self, dataclasses.replace(self.config, n_loops=int(n_loops)))
+
 
 # --------------------------------------------------------------------------- training
 
 
 def init_looped(config: LoopedConfig, key) -> LoopedTransformer:
-    """`LoopedTransformer(config, key=key)`, built under one jit (fast on a busy CPU)."""
-    return _init_looped(config, key)
+    """`LoopedTransformer(config, key=key)`, built under one jit that every config with the
+    same array sizes shares (the weights do not depend on the normalizer, the loop count
+    or the step), so initializing models that differ only in those compiles once."""
+    sizes = dataclasses.replace(config, entropy=Shannon(), n_loops=1, step=1.0, T=None)
+    return _with_config(_init_looped(sizes, key), config)
 
 
 @eqx.filter_jit
 def _init_looped(config, key):
     return LoopedTransformer(config, key=key)
+
+
+def _shell(config: LoopedConfig) -> LoopedTransformer:
+    """The model's structure with `jax.ShapeDtypeStruct` leaves (nothing computed)."""
+    return eqx.filter_eval_shape(LoopedTransformer, config, key=jr.PRNGKey(0))
+
+
+def _with_config(model: LoopedTransformer, config: LoopedConfig) -> LoopedTransformer:
+    """`model`'s weights under another config of the same array sizes (e.g. another loop
+    count: the same weights run at step `config.step / config.n_loops`)."""
+    leaves = jax.tree_util.tree_leaves(model)
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(_shell(config)), leaves)
 
 
 def default_cache_dir() -> pathlib.Path:
@@ -382,6 +403,9 @@ def _loss_fn(model, tokens, labels, first):
     return jnp.mean(nll)
 
 
+_SHORT_RUN = 400  # training steps below which the step compiles at XLA level 0
+
+
 @functools.lru_cache(maxsize=32)
 def _training_step(config, batch, first, lr, weight_decay, steps):
     """(optimizer, compiled step) for one config and recipe, reused across calls."""
@@ -389,8 +413,10 @@ def _training_step(config, batch, first, lr, weight_decay, steps):
     optim = optax.chain(optax.clip_by_global_norm(1.0),
                         optax.adamw(schedule, weight_decay=weight_decay))
     dtype = jnp.dtype(config.dtype)
+    # a short run is dominated by compiling its step (see _compile.py)
+    jit = functools.partial(eqx.filter_jit, **RUN_ONCE) if steps < _SHORT_RUN else eqx.filter_jit
 
-    @eqx.filter_jit
+    @jit
     def train_step(model, opt_state, k_data, i):
         data = recall_task(jr.fold_in(k_data, i), batch, config.n_pairs, config.dim,
                            config.corrupt, n_classes=config.classes, dtype=dtype)
@@ -402,12 +428,12 @@ def _training_step(config, batch, first, lr, weight_decay, steps):
     return optim, train_step
 
 
-@eqx.filter_jit
+@functools.partial(eqx.filter_jit, **RUN_ONCE)
 def _predict(model, tokens, n_loops):
     return jnp.argmax(jax.vmap(lambda t: model(t, n_loops))(tokens), -1).astype(jnp.int32)
 
 
-@eqx.filter_jit
+@functools.partial(eqx.filter_jit, **RUN_ONCE)
 def _trace_batch(model, tokens, n_loops):
     return jax.vmap(lambda t: model.trace(t, n_loops))(tokens)
 
@@ -531,21 +557,21 @@ def train_looped(
                   eval_batch=int(eval_batch))
     key = jr.PRNGKey(seed)
     k_init, k_data, k_eval = jr.split(key, 3)
-    with _numeric_mode(config):
-        model = init_looped(config, k_init)
     weights_path = meta_path = None
     if use_cache:
         weights_path, meta_path, blob = _cache_paths(
             config, recipe, default_cache_dir() if cache_dir is None else cache_dir)
         if weights_path.exists() and meta_path.exists():
             meta = json.loads(meta_path.read_text())
-            model = eqx.tree_deserialise_leaves(weights_path, model)
+            with _numeric_mode(config):
+                model = eqx.tree_deserialise_leaves(weights_path, _shell(config))
             if progress:
                 print(f"train_looped: loaded {weights_path} (accuracy {meta['accuracy']:.3f})")
             return TrainedLooped(model, meta["accuracy"], np.asarray(meta["loss_history"]),
                                  meta["seconds"], meta["step_ms"], True, str(weights_path))
 
     with _numeric_mode(config):
+        model = init_looped(config, k_init)
         model, losses, seconds, step_ms = _optimize(
             model, config, k_data, steps=int(steps), batch=int(batch), lr=float(lr),
             weight_decay=float(weight_decay), loss_from=float(loss_from), progress=progress)

@@ -11,6 +11,8 @@ order, damping ratio and relaxation time, held-out prediction (fit the first hal
 loops, predict the rest) against a constant and a geodesic baseline, the identification
 confusion table, and the depth test (a Shannon model retrained with 2L loops at half the
 step, and the L model's weights run at half the step, compared at equal depth t).
+Quick mode (the test suite's run) skips the 2L retraining and the depth fits: its depth
+test compares only the L model's weights at half the step.
 
     python studies/weight_tied.py [--quick] [--out figures]
 
@@ -28,11 +30,11 @@ from _common import color, draw_table, label, setup, write_outputs
 NAME = "weight_tied"
 
 FULL = dict(config={}, steps=1200, batch=64, eval_batch=1024, problems=2, restarts=3,
-            lm_steps=30, families=None)
+            lm_steps=30, families=None, depth_retrain=True)
 QUICK = dict(config=dict(n_pairs=4, dim=8, corrupt=0.125, d_model=16, n_heads=2, d_mlp=32,
                          n_loops=4, step=2.0),
              steps=60, batch=32, eval_batch=256, problems=1, restarts=1, lm_steps=10,
-             families=("Shannon", "Tsallis", "Kaniadakis"))
+             families=("Shannon", "Tsallis", "Kaniadakis"), depth_retrain=False)
 # fitting precision (traced: changing them does not recompile)
 ODE = dict(rtol=1e-5, atol=1e-7, max_ode_steps=160)
 VARIANTS = (("A", "full"), ("B", "full"), ("A", "held"), ("B", "held"))
@@ -41,17 +43,6 @@ ORDERS = ((True, "m=0"), (False, "m>0"))  # m=0 first: it warm-starts m>0
 
 def normalizers(fd):
     return [fd.Shannon(), fd.Tsallis(1.5), fd.Kaniadakis(0.3)]
-
-
-def same_weights(fd, model, n_loops):
-    """The trained weights in a model that runs `n_loops` loops at step c/n_loops."""
-    import jax
-    import jax.random as jr
-
-    cfg = dataclasses.replace(model.config, n_loops=n_loops)
-    shell = fd.init_looped(cfg, jr.PRNGKey(0))
-    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shell),
-                                        jax.tree_util.tree_leaves(model))
 
 
 def train_all(fd, S):
@@ -70,13 +61,14 @@ def train_all(fd, S):
             base = (cfg, tr.model)
     cfg, model = base
     L = cfg.n_loops
-    cfg2 = dataclasses.replace(cfg, n_loops=2 * L)
-    tr2 = fd.train_looped(cfg2, seed=0, steps=S["steps"], batch=S["batch"],
-                          eval_batch=S["eval_batch"], progress=True)
-    models.append(dict(name="Shannon, 2L retrained", model=tr2.model, accuracy=tr2.accuracy,
-                       role="depth", entropy=cfg.entropy, seconds=tr2.seconds,
-                       cached=tr2.from_cache))
-    half = same_weights(fd, model, 2 * L)
+    if S["depth_retrain"]:
+        cfg2 = dataclasses.replace(cfg, n_loops=2 * L)
+        tr2 = fd.train_looped(cfg2, seed=0, steps=S["steps"], batch=S["batch"],
+                              eval_batch=S["eval_batch"], progress=True)
+        models.append(dict(name="Shannon, 2L retrained", model=tr2.model,
+                           accuracy=tr2.accuracy, role="depth", entropy=cfg.entropy,
+                           seconds=tr2.seconds, cached=tr2.from_cache))
+    half = model.with_loops(2 * L)
     models.append(dict(name="Shannon, L weights at h/2", model=half,
                        accuracy=fd.evaluate_looped(half, jr.PRNGKey(5), S["eval_batch"]),
                        role="depth", entropy=cfg.entropy, seconds=0.0, cached=True))
@@ -219,7 +211,7 @@ def main(argv=None):
                   f"median rms (A, full) {np.nanmedian(summ[fam, order]['rms_fit'][0]):.4f}",
                   flush=True)
     depth_fits, prev = {}, None
-    for overdamped, order in ORDERS:
+    for overdamped, order in ORDERS if S["depth_retrain"] else ():
         prev = fit_batch(fd, "Shannon", paths_depth, scores_depth, t, L, S, families=families,
                          overdamped=overdamped, init=None if overdamped else prev)
         depth_fits[order] = summarize_fit(prev, L)
@@ -294,7 +286,7 @@ def main(argv=None):
     depth = dict(models=[m["name"] for m in depth_models], accuracy=[m["accuracy"] for m in depth_models])
     depth["path_gap"] = {m["name"]: path_gap(ref, np.swapaxes(m["attn"], 0, 1)) for m in depth_models[1:]}
     depth["params"] = {}
-    for di, m in enumerate(depth_models):
+    for di, m in enumerate(depth_models if depth_fits else ()):
         for vi, (em, split) in enumerate(VARIANTS[:2]):
             for order in ("m>0", "m=0"):
                 s = depth_fits[order]
@@ -333,21 +325,29 @@ def main(argv=None):
             diag = confusion[em, "aic"][mi, families.index(tf)] if tf in families else 0
             ledger.note(f"{name}: fraction of paths whose AIC picks {tf} ({em})",
                         diag / max(1, H * P), fmt=".2f")
-    # nesting: the m>0 fit starts from the m=0 optimum (tiny mass, zero velocity) and
-    # Levenberg-Marquardt only accepts decreasing steps, so it should not end worse (up to
-    # the O(m/gamma) = 1/50-layer difference of its starting trajectory). It can: when the
-    # overdamped optimum relaxes much faster than a layer, that start is too stiff for the
-    # explicit solver's step budget, the start fails and the other restarts decide.
+    # nesting: restart 0 of the m>0 fit starts next to the m=0 optimum (inertial time 1/20
+    # of its relaxation time, at least 1/50 of a layer step, zero velocity) and
+    # Levenberg-Marquardt only accepts decreasing steps, so it should not end worse. That is
+    # testable only where the explicit solver resolves that start within its step budget:
+    # when the overdamped optimum relaxes in a small fraction of a layer the start is too
+    # stiff, fails, and the m>0 fit cannot reach the overdamped limit (counted, not tested).
     for em, vis in (("A", [0, 2]), ("B", [1, 3])):
-        worse = []
+        worse, n_stiff, n_all = [], 0, 0
         for fam in families:
             lo = np.asarray(fits[fam, "m=0"].loss)[vis]
             l1 = np.asarray(fits[fam, "m>0"].loss)[vis]
-            ok = np.isfinite(lo) & np.isfinite(l1)
+            warm_ok = np.isfinite(np.asarray(fits[fam, "m>0"].restart_losses)[vis][..., 0])
+            ok = np.isfinite(lo) & np.isfinite(l1) & warm_ok
+            n_stiff += int(np.sum(np.isfinite(lo) & ~warm_ok))
+            n_all += int(np.sum(np.isfinite(lo)))
             worse.append(np.max(np.where(ok, l1 / np.maximum(lo, 1e-300), 0.0)))
         ledger.check(f"energy model {em}: max over paths and families of loss(m>0) / "
-                     "loss(m=0)", max(worse), 1.0, tol=1.05, kind="max",
+                     "loss(m=0), where the m>0 start near the m=0 optimum was resolved",
+                     max(worse), 1.0, tol=1.05, kind="max",
                      explain="the inertial model nests the overdamped one")
+        ledger.note(f"energy model {em}: fraction of fits whose near-overdamped m>0 start was "
+                    f"too stiff for {ODE['max_ode_steps']} explicit steps (nesting untested)",
+                    n_stiff / max(1, n_all), fmt=".2f")
         tau0 = np.concatenate([np.ravel(summ[f_, "m=0"]["tau"][vis]) for f_ in families])
         ledger.note(f"energy model {em}: median relaxation time of the m=0 fits [layers]",
                     med(tau0) * L / c)
@@ -559,7 +559,10 @@ def fig_tables(plt, rows, names, families, confusion, depth, H, P, L):
         gs_ = "-" if gap is None else f"{gap['same heads']:.3f} / {gap['swapped heads']:.3f}"
         cells = []
         for em in ("A", "B"):
-            p = depth["params"][f"{name} | {em} m>0"]
+            p = depth["params"].get(f"{name} | {em} m>0")
+            if p is None:
+                cells.append("(full mode only)")
+                continue
             cells.append("; ".join(f"{p['m'][hh]:.2g}, {p['gamma'][hh]:.2g}, {p['T'][hh]:.2g}"
                                    for hh in range(H)))
         body.append([name, f"{depth['accuracy'][i]:.3f}", gs_] + cells)

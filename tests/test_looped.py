@@ -87,6 +87,31 @@ def test_training_is_deterministic_and_cached(trained, cache_dir):
     assert any(np.any(x != y) for x, y in zip(_leaves(init), _leaves(trained.model)))
 
 
+def test_shared_init_and_with_loops(trained, problems):
+    # Reference: the eager constructor. init_looped builds the weights under one jit shared
+    # by every config of the same sizes: configs that differ only in normalizer and loop
+    # count get bitwise the same weights, the constructor's up to float32 round-off (a
+    # fused program may contract operations differently), and the config asked for.
+    key = jr.PRNGKey(7)
+    direct = fd.LoopedTransformer(TINY, key=key)
+    other = fd.LoopedConfig(**{**vars(TINY), "entropy": fd.Tsallis(1.5), "n_loops": 5})
+    built = [fd.init_looped(cfg, key) for cfg in (TINY, other)]
+    for cfg, b in zip((TINY, other), built):
+        assert b.config == cfg
+    for x, y, z in zip(_leaves(direct), _leaves(built[0]), _leaves(built[1])):
+        np.testing.assert_array_equal(y, z)
+        np.testing.assert_allclose(y, x, rtol=1e-6, atol=1e-7)
+    # with_loops: same weights, n loops at step c/n; at the trained count it is the model
+    m2 = trained.model.with_loops(2 * TINY.n_loops)
+    assert m2.n_loops == 2 * TINY.n_loops and m2.dt == pytest.approx(trained.model.dt / 2)
+    for x, y in zip(_leaves(trained.model), _leaves(m2)):
+        np.testing.assert_array_equal(x, y)
+    same = trained.model.with_loops(TINY.n_loops)
+    np.testing.assert_array_equal(
+        np.asarray(fd.extract_paths(same, problems).attn),
+        np.asarray(fd.extract_paths(trained.model, problems).attn))
+
+
 def test_extraction_shapes_rows_and_scores(trained, problems, paths):
     # References: rows are probability vectors (sum 1 within 1e-12 in float64); recomputing
     # the normalizer `stationary(entropy, scores, T)` from the recorded scores reproduces
