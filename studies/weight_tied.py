@@ -33,7 +33,7 @@ FULL = dict(config={}, steps=1200, batch=64, eval_batch=1024, problems=2, restar
             lm_steps=30, families=None, depth_retrain=True)
 QUICK = dict(config=dict(n_pairs=4, dim=8, corrupt=0.125, d_model=16, n_heads=2, d_mlp=32,
                          n_loops=4, step=2.0),
-             steps=60, batch=32, eval_batch=256, problems=1, restarts=1, lm_steps=10,
+             steps=60, batch=32, eval_batch=256, problems=1, restarts=1, lm_steps=6,
              families=("Shannon", "Tsallis", "Kaniadakis"), depth_retrain=False)
 # fitting precision (traced: changing them does not recompile)
 ODE = dict(rtol=1e-5, atol=1e-7, max_ode_steps=160)
