@@ -72,15 +72,26 @@ def _prepare(scores, T, mask, axis):
     if z.ndim == 0:
         raise ValueError("scores must have at least one axis (the keys)")
     z = jnp.moveaxis(z, axis, -1)
+    T = jnp.asarray(T, dtype=z.dtype)
     if mask is None:
-        keep = jnp.ones(z.shape, bool)
+        # Fast path: one reduction (the row max, NaN-propagating) serves the input check and
+        # the empty-row test; saves two passes over the scores.
+        zmax = jnp.max(z, axis=-1, keepdims=True)
+        T = eqx.error_if(T, jnp.any(jnp.isnan(zmax) | (zmax == jnp.inf)),
+                         "scores contain NaN or +inf")
+        T = eqx.error_if(T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)),
+                         "T must be finite and > 0")
+        if T.ndim > 0:
+            T = T[..., None]
+        empty = zmax == -jnp.inf
+        keep = (z > -jnp.inf) | empty
+        return jnp.where(keep, z, 0.0), keep, T, empty
     else:
         keep = jnp.asarray(mask)
         if keep.dtype != bool:
             raise TypeError(f"mask must be boolean (True = keep), got dtype {keep.dtype}")
         keep = jnp.moveaxis(jnp.broadcast_to(keep, jnp.moveaxis(z, -1, axis).shape), axis, -1)
     keep = keep & (z > -jnp.inf)  # -inf behaves like a masked entry
-    T = jnp.asarray(T, dtype=z.dtype)
     # Both checks ride on the small T (every solve reads it): routing the full score array
     # through error_if would cost an extra pass over it.
     T = eqx.error_if(T, jnp.any(jnp.isnan(z) | (z == jnp.inf)), "scores contain NaN or +inf")
