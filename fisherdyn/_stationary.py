@@ -72,38 +72,32 @@ def _prepare(scores, T, mask, axis):
     if z.ndim == 0:
         raise ValueError("scores must have at least one axis (the keys)")
     z = jnp.moveaxis(z, axis, -1)
-    T = jnp.asarray(T, dtype=z.dtype)
     if mask is None:
-        # Fast path: one reduction (the row max, NaN-propagating) serves the input check and
-        # the empty-row test; saves two passes over the scores.
+        # One reduction (the row max, NaN-propagating) serves the input check and the
+        # empty-row test: two passes over the scores fewer than the masked path.
         zmax = jnp.max(z, axis=-1, keepdims=True)
-        T = eqx.error_if(T, jnp.any(jnp.isnan(zmax) | (zmax == jnp.inf)),
-                         "scores contain NaN or +inf")
-        T = eqx.error_if(T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)),
-                         "T must be finite and > 0")
-        if T.ndim > 0:
-            T = T[..., None]
+        bad_scores = jnp.any(jnp.isnan(zmax) | (zmax == jnp.inf))
         empty = zmax == -jnp.inf
-        keep = (z > -jnp.inf) | empty
-        return jnp.where(keep, z, 0.0), keep, T, empty
+        keep = z > -jnp.inf  # -inf behaves like a masked entry
     else:
         keep = jnp.asarray(mask)
         if keep.dtype != bool:
             raise TypeError(f"mask must be boolean (True = keep), got dtype {keep.dtype}")
         keep = jnp.moveaxis(jnp.broadcast_to(keep, jnp.moveaxis(z, -1, axis).shape), axis, -1)
-    keep = keep & (z > -jnp.inf)  # -inf behaves like a masked entry
+        keep = keep & (z > -jnp.inf)  # -inf behaves like a masked entry
+        bad_scores = jnp.any(jnp.isnan(z) | (z == jnp.inf))
+        empty = ~jnp.any(keep, axis=-1, keepdims=True)
+    T = jnp.asarray(T, dtype=z.dtype)
     # Both checks ride on the small T (every solve reads it): routing the full score array
     # through error_if would cost an extra pass over it.
-    T = eqx.error_if(T, jnp.any(jnp.isnan(z) | (z == jnp.inf)), "scores contain NaN or +inf")
+    T = eqx.error_if(T, bad_scores, "scores contain NaN or +inf")
     T = eqx.error_if(T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)), "T must be finite and > 0")
     if T.ndim > 0:
         T = T[..., None]
-    empty = ~jnp.any(keep, axis=-1, keepdims=True)
     # Empty rows are solved as if unmasked (finite, harmless) and zeroed afterwards.
     keep = keep | empty
-    z = jnp.where(keep, z, 0.0)
-    z = jnp.where(jnp.isfinite(z), z, 0.0)
-    return z, keep, T, empty
+    # kept entries are finite here (NaN / +inf raise above; -inf is never kept)
+    return jnp.where(keep, z, 0.0), keep, T, empty
 
 
 # --------------------------------------------------------------------------- helpers
