@@ -9,8 +9,9 @@ t1, tolerances) is a traced argument: sweeping values reuses the compiled solve.
 only the chart, the solver, `max_steps`, the number of saved points, the overdamped switch
 (`mass == 0`) and the progress meter. Leading axes of `scores` (and of any per-problem
 argument) are batch axes, solved in one compiled call (vmapped in blocks of 256 problems:
-cache-sized, and each block stops at its own slowest member); `jax.vmap` over the public
-functions works too.
+cache-sized, and each block stops at its own slowest member; a batch sharded over devices
+with `jax.sharding` is vmapped whole, so that each device solves its own shard); `jax.vmap`
+over the public functions works too.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 import optimistix as optx
+from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxtyping import Array
 
 from ._dynamics import (
@@ -240,6 +242,16 @@ def _prepare(entropy, scores, T, mass, damping, rho0, velocity0, overdamped, nee
     return _Problem(system, rho0, v0, tuple(batch_shape))
 
 
+def _raise_if(out, failed):
+    """Raise the result's message where `failed`. Called eagerly the check runs now, on the
+    small result array alone (routing the weights through it would gather a sharded batch
+    onto one device); under an outer jit it is attached to the weights."""
+    if _is_concrete(failed):
+        out.result.error_if(jnp.zeros(()), failed)
+        return out
+    return eqx.tree_at(lambda o: o.rho, out, out.result.error_if(out.rho, failed))
+
+
 def _batch_shape(problem: _Problem, extra: tuple, extra_dims: tuple):
     """The problem's batch shape, widened by any batch axes of the extra arguments."""
     shapes = [problem.batch_shape]
@@ -284,9 +296,35 @@ def _run(single, problem: _Problem, extra: tuple, extra_dims: tuple, static):
     shape = _batch_shape(problem, extra, extra_dims)
     if shape == ():
         return _jit_single(single, problem.system, problem.rho0, problem.velocity0, extra, static)
+    sharded = _batch_is_sharded((problem, extra))
     system, rho0, v0, extra, _ = _broadcast_problem(problem, extra, extra_dims, shape)
-    out = _jit_batch(single, system, rho0, v0, extra, static)
+    out = _jit_batch(single, system, rho0, v0, extra, static, sharded)
     return _unflatten(out, shape)
+
+
+def _explicit_batch_axis(tree):
+    """(mesh, axis) splitting the batch (leading) axis of an explicitly sharded input."""
+    for leaf in jtu.tree_leaves(tree):
+        sharding = jax.typeof(leaf).sharding
+        spec = getattr(sharding, "spec", None)
+        if spec is not None and len(spec) and spec[0] is not None:
+            return sharding.mesh, spec[0]
+    return None
+
+
+def _batch_is_sharded(tree) -> bool:
+    """Whether any input is split over several devices (`jax.sharding`): a concrete array
+    that is not fully replicated, or a traced one whose type names a mesh axis (explicit
+    sharding; automatic sharding inside an outer jit is invisible here, and XLA partitions
+    the blocked loop as it sees fit)."""
+    for leaf in jtu.tree_leaves(tree):
+        if isinstance(leaf, jax.core.Tracer):
+            spec = getattr(jax.typeof(leaf).sharding, "spec", None)
+            if spec is not None and any(axis is not None for axis in spec):
+                return True
+        elif isinstance(leaf, jax.Array) and not leaf.sharding.is_fully_replicated:
+            return True
+    return False
 
 
 @eqx.filter_jit
@@ -296,16 +334,35 @@ def _jit_single(single, system, rho0, v0, extra, static):
 
 # Problems per vmapped block: large batches run as a sequence of blocks (`lax.map` with
 # `batch_size`) so that each block's state stays in cache, and each block stops at its own
-# slowest member instead of the whole batch's.
+# slowest member instead of the whole batch's. A batch sharded over devices is vmapped
+# whole: XLA partitions the vmapped loop, each device running its own shard.
 _BLOCK = 256
 
 
 @eqx.filter_jit
-def _jit_batch(single, system, rho0, v0, extra, static):
+def _jit_batch(single, system, rho0, v0, extra, static, sharded=False):
     fn = lambda args: single(*args, static)  # noqa: E731
     size = rho0.shape[0]
-    if size <= _BLOCK:
-        return jax.vmap(fn)((system, rho0, v0, extra))
+    args = (system, rho0, v0, extra)
+    if sharded:
+        found = _explicit_batch_axis(args)
+        if found is not None:
+            # Explicit sharding: Diffrax's internals are written for automatic sharding, so
+            # the solve runs with the mesh axis switched to automatic (`auto_axes`), its
+            # inputs and outputs split along the batch.
+            mesh, axis = found
+
+            def split(x):
+                return NamedSharding(mesh, P(axis, *([None] * (jnp.ndim(x) - 1))))
+
+            args = jtu.tree_map(lambda x: jax.sharding.reshard(x, split(x)), args)
+            plain = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), x.dtype), args)
+            out = eqx.filter_eval_shape(jax.vmap(fn), plain)
+            return jax.sharding.auto_axes(
+                jax.vmap(fn), axes=axis, out_sharding=jtu.tree_map(split, out)
+            )(args)
+    if size <= _BLOCK or sharded:
+        return jax.vmap(fn)(args)
     return jax.lax.map(fn, (system, rho0, v0, extra), batch_size=_BLOCK)
 
 
@@ -516,7 +573,7 @@ def simulate(
     out = _run(_simulate_single, problem, extra, (0, 0, 0, 0, 1), static)
     if throw:
         failed = (out.result != RESULTS.successful) & (out.result != RESULTS.boundary_reached)
-        out = eqx.tree_at(lambda o: o.rho, out, out.result.error_if(out.rho, failed))
+        out = _raise_if(out, failed)
     return out
 
 
@@ -749,7 +806,5 @@ def relax(
             raise ValueError("saveat must be a 1-D array of times, or one per problem (or None)")
     out = _run(_relax_single, problem, (*extra, saveat), (0, 0, 0, 0, 0, 1), static)
     if throw:
-        out = eqx.tree_at(
-            lambda o: o.rho, out, out.result.error_if(out.rho, out.result != RESULTS.successful)
-        )
+        out = _raise_if(out, out.result != RESULTS.successful)
     return out
