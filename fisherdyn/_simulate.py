@@ -87,10 +87,22 @@ _DEFAULT_TOLS = {8: (1e-8, 1e-10, 1e-6, 1e-12), 4: (1e-5, 1e-7, 1e-3, 1e-5)}
 
 def _default_tols(dtype, **given):
     """Fill the tolerances left as None with the defaults for `dtype` (float64 unless JAX's
-    x64 mode is off: then float32, where the float64 defaults are unreachable)."""
+    x64 mode is off: then float32, where the float64 defaults are unreachable), as arrays,
+    checked: rtol, atol >= 0 with rtol + atol > 0; the steady-state and Newton tolerances
+    > 0; all finite. (A tolerance of 0 or below would only surface as a run that never
+    settles, long after the call.)"""
     rtol, atol, tol, polish = _DEFAULT_TOLS.get(jnp.dtype(dtype).itemsize, _DEFAULT_TOLS[4])
     defaults = dict(rtol=rtol, atol=atol, tol=tol, polish_tol=polish)
-    return {k: defaults[k] if v is None else v for k, v in given.items()}
+    out = {k: jnp.asarray(defaults[k] if v is None else v, dtype) for k, v in given.items()}
+    for k, v in out.items():
+        positive = k in ("tol", "polish_tol")
+        ok = jnp.all(jnp.isfinite(v)) & jnp.all(v > 0 if positive else v >= 0)
+        out[k] = _check(ok, f"{k} must be finite and {'> 0' if positive else '>= 0'}", v)
+    if "rtol" in out and "atol" in out:
+        out["rtol"] = _check(
+            jnp.all(out["rtol"] + out["atol"] > 0), "rtol and atol cannot both be 0", out["rtol"]
+        )
+    return out
 
 
 def _resolve_coords(coords) -> AbstractCoordinates:
@@ -795,7 +807,11 @@ def relax(
     dtype = problem.rho0.dtype
     tols = _default_tols(dtype, rtol=rtol, atol=atol, tol=tol, polish_tol=polish_tol)
     rtol, atol, tol, polish_tol = (tols[k] for k in ("rtol", "atol", "tol", "polish_tol"))
-    t1 = _default_t1(problem, overdamped) if t1 is None else jnp.asarray(t1, dtype)
+    if t1 is None:
+        t1 = _default_t1(problem, overdamped)
+    else:
+        t1 = jnp.asarray(t1, dtype)
+        t1 = _check(jnp.all(t1 > 0) & jnp.all(jnp.isfinite(t1)), "t1 must be finite and > 0", t1)
     static = _RelaxStatic(
         SphereCoordinates(), _resolve_solver(solver), overdamped, int(max_steps), bool(progress)
     )

@@ -72,6 +72,8 @@ def _prepare(scores, T, mask, axis):
     if z.ndim == 0:
         raise ValueError("scores must have at least one axis (the keys)")
     z = jnp.moveaxis(z, axis, -1)
+    if z.shape[-1] == 0:
+        raise ValueError(f"scores of shape {jnp.shape(scores)} have no keys on axis {axis}")
     if mask is None:
         # One reduction (the row max, NaN-propagating) serves the input check and the
         # empty-row test: two passes over the scores fewer than the masked path.
@@ -83,7 +85,14 @@ def _prepare(scores, T, mask, axis):
         keep = jnp.asarray(mask)
         if keep.dtype != bool:
             raise TypeError(f"mask must be boolean (True = keep), got dtype {keep.dtype}")
-        keep = jnp.moveaxis(jnp.broadcast_to(keep, jnp.moveaxis(z, -1, axis).shape), axis, -1)
+        try:
+            keep = jnp.broadcast_to(keep, jnp.moveaxis(z, -1, axis).shape)
+        except ValueError:
+            raise ValueError(
+                f"mask of shape {keep.shape} does not broadcast to scores of shape "
+                f"{jnp.shape(scores)}"
+            ) from None
+        keep = jnp.moveaxis(keep, axis, -1)
         keep = keep & (z > -jnp.inf)  # -inf behaves like a masked entry
         bad_scores = jnp.any(jnp.isnan(z) | (z == jnp.inf))
         empty = ~jnp.any(keep, axis=-1, keepdims=True)
@@ -982,6 +991,17 @@ def free_energy(entropy: AbstractEntropy, rho, scores, T=1.0, *, mask=None):
     """$F(\\rho) = \\sum_i \\rho_i E_i - T S(\\rho)$ with $E_i = -z_i$ (last axis = keys)."""
     _check_entropy(entropy)
     rho = jnp.asarray(rho)
+    if not jnp.issubdtype(rho.dtype, jnp.floating):
+        rho = rho.astype(jnp.result_type(float))
+    # F is defined off the simplex (its gradient is used there), but not for negative or NaN
+    # weights: the entropies' safe logarithms would silently drop them
+    rho = eqx.error_if(
+        rho, jnp.any(~(rho >= 0)), "free_energy needs weights rho >= 0 (no NaN)"
+    )
+    return _free_energy_unchecked(entropy, rho, scores, T, mask)
+
+
+def _free_energy_unchecked(entropy, rho, scores, T, mask=None):
     z = jnp.asarray(scores, dtype=rho.dtype)
     keep = jnp.ones(z.shape, bool) if mask is None else jnp.asarray(mask)
     keep = keep & jnp.isfinite(z)
@@ -1031,7 +1051,7 @@ def _branches_jit(entropy, scores, T, mask, n_grid):
         raise ValueError("stationary_branches takes one score vector (shape (N,))")
     if not isinstance(entropy, AbstractTsallisShapedEntropy):
         rho, T_eff = _solve(entropy, z, keep, T)
-        F = free_energy(entropy, rho, z, T, mask=keep)
+        F = _free_energy_unchecked(entropy, rho, z, T, mask=keep)
         M = jnp.sum(rho**2)
         return Branches(
             rho[None], M[None], T_eff, F[None], jnp.array([True]), jnp.array([True])
@@ -1048,7 +1068,7 @@ def _branches_jit(entropy, scores, T, mask, n_grid):
     rho_c, x_c = _refine_any(entropy, jnp.broadcast_to(z, (K1,) + z.shape),
                              jnp.broadcast_to(keep, (K1,) + keep.shape), T, lo, hi,
                              down[:, None], nu_g[:-1])
-    F = free_energy(entropy, rho_c, jnp.broadcast_to(z, rho_c.shape), T, mask=keep)
+    F = _free_energy_unchecked(entropy, rho_c, jnp.broadcast_to(z, rho_c.shape), T, keep)
     M = jnp.exp(x_c[:, 0])
     T_eff = T * entropy.temperature_factor(M)
     return Branches(rho_c, M, T_eff, F, down & sign_change, sign_change)

@@ -459,6 +459,28 @@ def test_invalid_initial_conditions_are_clear_errors():
         fd.simulate(fd.Shannon(), z, -1.0)
 
 
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(tol=-1.0), "tol must be finite and > 0"),
+        (dict(polish_tol=0.0), "polish_tol must be finite and > 0"),
+        (dict(rtol=0.0, atol=0.0), "rtol and atol cannot both be 0"),
+        (dict(atol=np.nan), "atol must be finite"),
+        (dict(rtol=-1e-3), "rtol must be finite and >= 0"),
+        (dict(t1=-2.0), "t1 must be finite and > 0"),
+    ],
+)
+def test_invalid_tolerances_are_clear_errors(kwargs, message):
+    """Tolerances out of range raise at the call (before: tol <= 0 ran until t1 and only then
+    reported that no steady state was reached)."""
+    z = np.array([0.5, 0.0, -0.5])
+    with pytest.raises(ValueError, match=message):
+        fd.relax(fd.Shannon(), z, mass=1.0, damping=1.0, **kwargs)
+    if "tol" not in kwargs and "polish_tol" not in kwargs:
+        with pytest.raises(ValueError, match=message):
+            fd.simulate(fd.Shannon(), z, **kwargs)
+
+
 def test_batch_of_1024_in_one_compiled_call():
     """jax.vmap of relax over 1024 score vectors and dampings, under one jit; each fixed
     point equals softmax(z/T) (closed form) to 1e-10."""

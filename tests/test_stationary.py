@@ -839,6 +839,17 @@ def test_bad_inputs_raise():
         fd.stationary("shannon", z)
     with pytest.raises(Exception, match="NaN"):  # free of jit: error raised by eqx.error_if
         jax.block_until_ready(eqx.filter_jit(fd.stationary_jacobian)(fd.Shannon(), bad_z, 1.0))
+    # shapes: a mask that does not broadcast, a row without keys
+    with pytest.raises(ValueError, match=r"mask of shape \(2,\) does not broadcast"):
+        fd.stationary(fd.Tsallis(1.5), z, mask=np.array([True, False]))
+    with pytest.raises(ValueError, match="no keys"):
+        fd.stationary(fd.Shannon(), np.zeros((2, 0)))
+    # free_energy: defined off the simplex (finite here), but not for negative / NaN weights
+    rho_off = np.array([0.2, 0.3, 0.6] + [0.0] * (len(Z_A) - 3))
+    assert np.isfinite(float(fd.free_energy(fd.Shannon(), rho_off, z, 1.0)))
+    for bad_rho in (rho_off * np.r_[1.0, -1.0, np.ones(len(Z_A) - 2)], rho_off * np.nan):
+        with pytest.raises(Exception, match="rho >= 0"):
+            jax.block_until_ready(fd.free_energy(fd.Shannon(), bad_rho, z, 1.0))
 
 
 # --------------------------------------------------------------------------- masks, robustness
