@@ -181,6 +181,10 @@ def _prepare(entropy, scores, T, mass, damping, rho0, velocity0, overdamped, nee
     dtype = _float_dtype()
     z = jnp.asarray(scores)
     z = z.astype(dtype) if not jnp.issubdtype(z.dtype, jnp.floating) else z
+    if jnp.finfo(z.dtype).bits < 32:
+        # bfloat16 / float16: integrated in float32 (an adaptive solver cannot resolve
+        # its tolerances in 8-10 mantissa bits); results come back in float32
+        z = z.astype(jnp.float32)
     dtype = z.dtype
     if z.ndim == 0:
         raise ValueError("scores must have at least one axis (the keys)")

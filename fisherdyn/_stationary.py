@@ -906,7 +906,8 @@ def stationary(entropy: AbstractEntropy, scores, T=1.0, *, mask=None, axis: int 
 
     **Arguments:**
     - `entropy`: an entropy family, e.g. `Kaniadakis(0.3)`.
-    - `scores`: the scores $z$ (float32/float64), any batch shape.
+    - `scores`: the scores $z$, any batch shape: float64 / float32, or bfloat16 / float16
+      (solved in float32, the weights returned in the input's precision).
     - `T`: temperature > 0, a scalar or an array over the batch shape.
     - `mask`: boolean, True = keep; masked entries (and `-inf` scores) get exactly zero
       weight and zero gradient; an all-masked row returns zeros.
@@ -926,10 +927,14 @@ def _as_array(x):
 
 @eqx.filter_jit
 def _stationary_jit(entropy, scores, T, mask, axis):
-    z, keep, T, empty = _prepare(scores, T, mask, axis)
+    # Half-precision scores (bfloat16, float16) are solved in float32 and the weights
+    # rounded back: the solvers' stopping tests need more than 8 bits (in bfloat16 itself
+    # Tsallis rows summed to 1 +- 0.1 on 16 keys).
+    low = jnp.issubdtype(scores.dtype, jnp.floating) and jnp.finfo(scores.dtype).bits < 32
+    z, keep, T, empty = _prepare(scores.astype(jnp.float32) if low else scores, T, mask, axis)
     rho = _stationary_core(entropy, z, keep, T)
     rho = jnp.where(empty | ~keep, 0.0, rho)
-    return jnp.moveaxis(rho, -1, axis)
+    return jnp.moveaxis(rho.astype(scores.dtype) if low else rho, -1, axis)
 
 
 def stationary_info(entropy: AbstractEntropy, scores, T=1.0, *, mask=None) -> StationaryInfo:

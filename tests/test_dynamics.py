@@ -481,6 +481,17 @@ def test_invalid_tolerances_are_clear_errors(kwargs, message):
             fd.simulate(fd.Shannon(), z, **kwargs)
 
 
+def test_half_precision_scores_integrate_in_float32():
+    """bfloat16 scores are integrated in float32 (an adaptive solver cannot resolve its
+    tolerances in 8 mantissa bits): relax returns float32 weights equal to the float32
+    stationary map of the same scores to 1e-5 (float32 polish tolerance)."""
+    z = jnp.asarray([1.0, 0.2, -0.5, 0.7], jnp.bfloat16)
+    sol = fd.relax(fd.Tsallis(1.5), z, 1.0, mass=1.0, damping=1.0)
+    assert sol.rho.dtype == jnp.float32
+    ref = fd.stationary(fd.Tsallis(1.5), z.astype(jnp.float32), 1.0)
+    np.testing.assert_allclose(sol.rho, ref, atol=1e-5, rtol=0)
+
+
 def test_batch_of_1024_in_one_compiled_call():
     """jax.vmap of relax over 1024 score vectors and dampings, under one jit; each fixed
     point equals softmax(z/T) (closed form) to 1e-10."""
