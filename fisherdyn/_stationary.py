@@ -934,6 +934,8 @@ def _stationary_jit(entropy, scores, T, mask, axis):
     z_in = scores.astype(jnp.float32) if low else scores
     if mask is None and type(entropy) is Shannon:
         rho = _shannon_unmasked(z_in, T, axis)
+    elif mask is None:
+        rho = _solve_unmasked(entropy, z_in, T, axis)
     else:
         z, keep, T, empty = _prepare(z_in, T, mask, axis)
         rho = _stationary_core(entropy, z, keep, T)
@@ -941,11 +943,9 @@ def _stationary_jit(entropy, scores, T, mask, axis):
     return rho.astype(scores.dtype) if low else rho
 
 
-def _shannon_unmasked(scores, T, axis):
-    """softmax(z/T) without a mask: the same input checks as `_prepare` riding on one
-    row-max reduction, then one fused exp-sum-divide (plain autodiff is the exact softmax
-    Jacobian). The general path (keep mask, where-copies of the scores, the solver's custom
-    JVP) cost 2.6x softmax for what is softmax."""
+def _unmasked_inputs(scores, T, axis):
+    """`_prepare` without a mask: keys last, the NaN/+inf and T checks riding on one row-max
+    reduction. Returns (z, zmax, T) with T shaped to broadcast against z."""
     z = jnp.asarray(scores)
     if not jnp.issubdtype(z.dtype, jnp.floating):
         z = z.astype(jnp.result_type(float))
@@ -960,6 +960,48 @@ def _shannon_unmasked(scores, T, axis):
     T = eqx.error_if(T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)), "T must be finite and > 0")
     if T.ndim > 0:
         T = T[..., None]
+    return z, zmax, T
+
+
+@jax.custom_batching.custom_vmap
+def _any_neg_inf(z):
+    return jnp.any(z == -jnp.inf)
+
+
+@_any_neg_inf.def_vmap
+def _any_neg_inf_vmap(axis_size, in_batched, z):
+    # one answer for the whole vmapped batch (unbatched), so that the `lax.cond` below
+    # stays a branch under vmap instead of becoming a select that runs both sides
+    return jnp.any(z == -jnp.inf), False
+
+
+def _solve_unmasked(entropy, scores, T, axis):
+    """The stationary map without a mask. When no score is -inf (the common case) the
+    solvers run with a keep mask that is the constant True, which XLA folds away: no mask
+    reads, no where-copies of the scores, no empty-row pass (measured on (4096, 512) float32:
+    Burg 5.3 -> 2.2x softmax, Tsallis(1.5) 8.4 -> 5.7x, Renyi 15.1 -> 12.0x). A batch with
+    any -inf score takes the general path; under vmap the test covers the whole batch."""
+    z, zmax, T = _unmasked_inputs(scores, T, axis)
+
+    def general(z, T):
+        empty = zmax == -jnp.inf
+        keep = (z > -jnp.inf) | empty  # empty rows: solved as unmasked zeros, zeroed after
+        rho = _stationary_core(entropy, jnp.where(keep, z, 0.0), keep, T)
+        return jnp.where(empty | ~keep, 0.0, rho)
+
+    def finite(z, T):
+        return _stationary_core(entropy, z, jnp.ones(z.shape, bool), T)
+
+    rho = jax.lax.cond(_any_neg_inf(jax.lax.stop_gradient(z)), general, finite, z, T)
+    return jnp.moveaxis(rho, -1, axis)
+
+
+def _shannon_unmasked(scores, T, axis):
+    """softmax(z/T) without a mask: the same input checks as `_prepare` riding on one
+    row-max reduction, then one fused exp-sum-divide (plain autodiff is the exact softmax
+    Jacobian). The general path (keep mask, where-copies of the scores, the solver's custom
+    JVP) cost 2.6x softmax for what is softmax."""
+    z, zmax, T = _unmasked_inputs(scores, T, axis)
     empty = zmax == -jnp.inf  # every key -inf (masked): a zero row, zero gradient
     d = z - jnp.where(empty, 0.0, zmax)
     keep = d > -jnp.inf  # double where: -inf keys get weight 0 and no NaN in d/dT
