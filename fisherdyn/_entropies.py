@@ -201,10 +201,9 @@ class Tsallis(AbstractSeparableEntropy):
                 b = jnp.maximum(base, 0.0)
                 x = b**p
                 slope = b ** (p - 1) / q
-            else:  # q = 2 (sparsemax): the max form measured slower here
-                b = jnp.where(active, base, 0.0)
-                x = b
-                slope = jnp.where(active, b**0 / q, 0.0)
+            else:  # q = 2 (sparsemax): the slope is the support indicator itself
+                x = jnp.where(active, base, 0.0)
+                slope = jnp.where(active, 1.0 / q, 0.0)
         else:
             x = jnp.where(active, jnp.exp(jnp.log1p((q - 1) * y / q) / (q - 1)), 0.0)
             slope = jnp.where(active, x / (q * base_safe), 0.0)

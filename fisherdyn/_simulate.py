@@ -329,18 +329,18 @@ def _explicit_batch_axis(tree):
 
 
 def _batch_is_sharded(tree) -> bool:
-    """Whether any input is split over several devices (`jax.sharding`): a concrete array
-    that is not fully replicated, or a traced one whose type names a mesh axis (explicit
-    sharding; automatic sharding inside an outer jit is invisible here, and XLA partitions
-    the blocked loop as it sees fit)."""
-    for leaf in jtu.tree_leaves(tree):
-        if isinstance(leaf, jax.core.Tracer):
-            spec = getattr(jax.typeof(leaf).sharding, "spec", None)
-            if spec is not None and any(axis is not None for axis in spec):
-                return True
-        elif isinstance(leaf, jax.Array) and not leaf.sharding.is_fully_replicated:
-            return True
-    return False
+    """Whether the batch is split over several devices (`jax.sharding`): an input whose type
+    names a mesh axis on its batch axis (explicit sharding), or a concrete array that is not
+    fully replicated (automatic sharding inside an outer jit is invisible here, and XLA
+    partitions the blocked loop as it sees fit)."""
+    if _explicit_batch_axis(tree) is not None:
+        return True
+    return any(
+        isinstance(leaf, jax.Array)
+        and not isinstance(leaf, jax.core.Tracer)
+        and not leaf.sharding.is_fully_replicated
+        for leaf in jtu.tree_leaves(tree)
+    )
 
 
 @eqx.filter_jit

@@ -64,8 +64,8 @@ def _check_entropy(entropy):
         raise TypeError(f"expected a fisherdyn entropy (e.g. Shannon()), got {entropy!r}")
 
 
-def _prepare(scores, T, mask, axis):
-    """Move `axis` last, validate, and build the effective mask (False = excluded)."""
+def _keys_last(scores, axis):
+    """The scores as a float array with the key axis last (at least one key)."""
     z = jnp.asarray(scores)
     if not jnp.issubdtype(z.dtype, jnp.floating):
         z = z.astype(jnp.result_type(float))
@@ -74,6 +74,22 @@ def _prepare(scores, T, mask, axis):
     z = jnp.moveaxis(z, axis, -1)
     if z.shape[-1] == 0:
         raise ValueError(f"scores of shape {jnp.shape(scores)} have no keys on axis {axis}")
+    return z
+
+
+def _checked_T(T, bad_scores, dtype):
+    """T as an array shaped to broadcast against the scores, carrying the input checks.
+    Both checks ride on the small T (every solve reads it): routing the full score array
+    through error_if would cost an extra pass over it."""
+    T = jnp.asarray(T, dtype=dtype)
+    T = eqx.error_if(T, bad_scores, "scores contain NaN or +inf")
+    T = eqx.error_if(T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)), "T must be finite and > 0")
+    return T[..., None] if T.ndim > 0 else T
+
+
+def _prepare(scores, T, mask, axis):
+    """Move `axis` last, validate, and build the effective mask (False = excluded)."""
+    z = _keys_last(scores, axis)
     if mask is None:
         # One reduction (the row max, NaN-propagating) serves the input check and the
         # empty-row test: two passes over the scores fewer than the masked path.
@@ -96,13 +112,7 @@ def _prepare(scores, T, mask, axis):
         keep = keep & (z > -jnp.inf)  # -inf behaves like a masked entry
         bad_scores = jnp.any(jnp.isnan(z) | (z == jnp.inf))
         empty = ~jnp.any(keep, axis=-1, keepdims=True)
-    T = jnp.asarray(T, dtype=z.dtype)
-    # Both checks ride on the small T (every solve reads it): routing the full score array
-    # through error_if would cost an extra pass over it.
-    T = eqx.error_if(T, bad_scores, "scores contain NaN or +inf")
-    T = eqx.error_if(T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)), "T must be finite and > 0")
-    if T.ndim > 0:
-        T = T[..., None]
+    T = _checked_T(T, bad_scores, z.dtype)
     # Empty rows are solved as if unmasked (finite, harmless) and zeroed afterwards.
     keep = keep | empty
     # kept entries are finite here (NaN / +inf raise above; -inf is never kept)
@@ -948,20 +958,9 @@ def _stationary_jit(entropy, scores, T, mask, axis):
 def _unmasked_inputs(scores, T, axis):
     """`_prepare` without a mask: keys last, the NaN/+inf and T checks riding on one row-max
     reduction. Returns (z, zmax, T) with T shaped to broadcast against z."""
-    z = jnp.asarray(scores)
-    if not jnp.issubdtype(z.dtype, jnp.floating):
-        z = z.astype(jnp.result_type(float))
-    if z.ndim == 0:
-        raise ValueError("scores must have at least one axis (the keys)")
-    z = jnp.moveaxis(z, axis, -1)
-    if z.shape[-1] == 0:
-        raise ValueError(f"scores of shape {jnp.shape(scores)} have no keys on axis {axis}")
+    z = _keys_last(scores, axis)
     zmax = jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))  # NaN-propagating
-    T = jnp.asarray(T, dtype=z.dtype)
-    T = eqx.error_if(T, jnp.any(jnp.isnan(zmax) | (zmax == jnp.inf)), "scores contain NaN or +inf")
-    T = eqx.error_if(T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)), "T must be finite and > 0")
-    if T.ndim > 0:
-        T = T[..., None]
+    T = _checked_T(T, jnp.any(jnp.isnan(zmax) | (zmax == jnp.inf)), z.dtype)
     return z, zmax, T
 
 
