@@ -1122,3 +1122,36 @@ def test_large_n(spec, dtype):
     ulps, _ = _sum_deviation(rho, Z, T, dtype)
     _record(f"|sum rho - 1| / eps ({np.dtype(dtype).name}, N = {n})", ulps)
     assert ulps <= 2 * n
+
+
+@pytest.mark.parametrize(
+    "spec", [("tsallis", 0.5), ("kaniadakis", 0.3), ("kaniadakis", 0.7), ("burg",), ("abe", 1.5)],
+    ids=spec_id,
+)
+def test_second_order_start_is_closer_than_jensen(spec):
+    """The separable solver's start: Jensen's bound plus the variance correction. On rows
+    whose spread is within the temperature (V <= 1, where the correction is used in full) it
+    must land nearer the root than Jensen's bound alone. The root is read off the converged
+    weights through the forward law, nu* = z_i - T G_shifted(rho_i) (no inverse law
+    involved). Threshold 1/3: the neglected terms are third order in the spread."""
+    from fisherdyn import _stationary as st
+
+    entropy = make(spec)
+    T = 1.0
+    z = np.random.default_rng(7).normal(scale=0.8, size=(16, 256))
+    z = z - z.max(-1, keepdims=True)  # the solver's gauge: row max 0
+    rho = np.asarray(fd.stationary(entropy, jnp.asarray(z), T))
+    i = np.argmax(rho, -1)[:, None]
+    nu_star = np.take_along_axis(z, i, -1) - T * np.asarray(
+        entropy.G_shifted(jnp.asarray(np.take_along_axis(rho, i, -1)))
+    )
+    n = float(z.shape[-1])
+    zbar = z.mean(-1, keepdims=True)
+    hi = -T * float(entropy.G_shifted(1.0 / n))
+    keep = jnp.ones(z.shape, bool)
+    shift = np.asarray(st._spread_shift(entropy, jnp.asarray(z), keep, jnp.asarray(zbar),
+                                        jnp.full_like(zbar, n), hi, T))
+    err_jensen = np.abs(zbar + hi - nu_star)
+    err_second = np.abs(zbar + hi + shift - nu_star)
+    _record(f"second-order start / Jensen, {spec_id(spec)}", np.max(err_second / err_jensen))
+    assert np.all(err_second <= err_jensen / 3), np.max(err_second / err_jensen)
