@@ -203,7 +203,7 @@ class Tsallis(AbstractSeparableEntropy):
                 slope = b ** (p - 1) / q
             else:  # q = 2 (sparsemax): the slope is the support indicator itself
                 x = jnp.where(active, base, 0.0)
-                slope = jnp.where(active, 1.0 / q, 0.0)
+                slope = active.astype(base.dtype) / q  # (not where(., 1/q, 0): weakly f64)
         else:
             x = jnp.where(active, jnp.exp(jnp.log1p((q - 1) * y / q) / (q - 1)), 0.0)
             slope = jnp.where(active, x / (q * base_safe), 0.0)

@@ -487,7 +487,7 @@ def _spread_shift(entropy, z, keep, zbar, n, hi, T):
     shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
     if isinstance(entropy, Tsallis):
         shift = jnp.where(entropy.q > 1, 0.0, shift)
-    return jax.lax.stop_gradient(shift)
+    return jax.lax.stop_gradient(shift).astype(z.dtype)
 
 
 def _softmax(z, keep, T):

@@ -1155,3 +1155,15 @@ def test_second_order_start_is_closer_than_jensen(spec):
     err_second = np.abs(zbar + hi + shift - nu_star)
     _record(f"second-order start / Jensen, {spec_id(spec)}", np.max(err_second / err_jensen))
     assert np.all(err_second <= err_jensen / 3), np.max(err_second / err_jensen)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=spec_id)
+def test_float32_scores_stay_float32_with_x64_enabled(spec):
+    """float32 scores with a Python-float T while jax_enable_x64 is on (how the benchmark and
+    a float64-verifying user call it): the solve stays in float32 and returns float32 weights
+    on the simplex. Tsallis q = 2 used to hand its solver a weakly typed float64 slope,
+    which broke the root loop's carry types."""
+    z = jnp.asarray(np.random.default_rng(3).normal(size=(4, 32)), jnp.float32)
+    rho = fd.stationary(make(spec), z, 1.0)
+    assert rho.dtype == jnp.float32
+    assert np.abs(np.asarray(rho, np.float64).sum(-1) - 1).max() <= 1e-5
