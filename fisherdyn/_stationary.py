@@ -386,7 +386,8 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, _abe_form=Non
         # Jensen: for a convex law x(y) (all but Tsallis q > 2), S(nu) >= n x(mean y), so
         # nu = mean z + hi (where n x = 1) is still left of the root; far closer than the
         # max for dense families (S there ~ 1.1 instead of ~ n^(1/2) for N = 512 gaussians).
-        # Dense families then add the second-order (variance) correction.
+        # Dense families then add the second-order (variance) correction, which may land
+        # right of the root (the bracketed iteration handles either side).
         zbar = jnp.sum(z, -1, keepdims=True) / n  # masked entries are 0 here
         jensen = jnp.clip(zbar + hi + _spread_shift(entropy, z, keep, zbar, n, hi, T), lo, hi)
         if newton_only_bad:
