@@ -146,7 +146,8 @@ def main():
     )
 
     # scaling in N (at B) and in B (at N)
-    Ns = [8, 16] if args.quick else [16, 32, 64, 128]
+    # N up to 1024: a polish that built the N x N Newton matrix showed only beyond N ~ 256
+    Ns = [8, 16] if args.quick else [16, 64, 256, 1024]
     Bs = [16, 32] if args.quick else [128, 256, 512, 1024]
     B_scan = 16 if args.quick else 256
     cost_N, cpu_N = [], []

@@ -23,6 +23,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import lineax as lx
 import numpy as np
 import optimistix as optx
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -36,7 +37,7 @@ from ._dynamics import (
     boundary_forces,
     forces,
 )
-from ._entropies import AbstractEntropy, Burg
+from ._entropies import AbstractEntropy, AbstractTsallisShapedEntropy, Burg
 
 __all__ = ["simulate", "relax", "Trajectory", "RelaxSolution", "RESULTS"]
 
@@ -651,8 +652,38 @@ def _polish(system: FisherSystem, rho_end, lam_end, rtol):
         r = jnp.where(active, (g - lam) / T, u)
         return r, jnp.sum(rho) - 1
 
-    solver = optx.Newton(rtol=rtol, atol=rtol, norm=optx.max_norm)
-    sol = optx.root_find(fn, solver, (u0, lam_end), max_steps=64, throw=False)
+    # The Newton system is bordered diagonal ((g_i - lambda)/T depends on u_i alone, plus a
+    # rank-one term through M_q for Renyi / Sharma-Mittal), so a dense LU would cost O(N^3)
+    # per step (N = 4096: 10 s of a 10.2 s relax). Scaled by its diagonal at the start, the
+    # system is the identity plus rank two or three, and GMRES solves it in a few O(N)
+    # matrix-free products (the scaling leaves the root, and its implicit derivative,
+    # unchanged). The diagonal is the derivative of the forces with the moment held fixed,
+    # a separable law, so one JVP along ones gives it exactly.
+    if isinstance(entropy, AbstractTsallisShapedEntropy):
+        frozen = entropy.tsallis()
+        T_frozen = T * entropy.temperature_factor(entropy.moment(weights(u0)))
+    else:
+        frozen, T_frozen = entropy, T
+
+    def frozen_residual(u):
+        return jnp.where(active, forces(frozen, weights(u), z, T_frozen) / T, u)
+
+    _, diag = jax.jvp(frozen_residual, (u0,), (jnp.ones_like(u0),))
+    diag = jax.lax.stop_gradient(diag)
+    usable = jnp.isfinite(diag) & (diag != 0)
+    scale = jnp.where(usable, 1.0 / jnp.where(usable, diag, 1.0), 1.0)
+
+    def scaled(y, args):
+        r, s = fn(y, args)
+        return r * scale, s
+
+    gmres_tol = 1e-13 if rho_end.dtype == jnp.float64 else 1e-6
+    linear = lx.GMRES(rtol=gmres_tol, atol=gmres_tol, max_steps=64, restart=8, stagnation_iters=8)
+    solver = optx.Newton(rtol=rtol, atol=rtol, norm=optx.max_norm, linear_solver=linear)
+    sol = optx.root_find(
+        scaled, solver, (u0, lam_end), max_steps=64, throw=False,
+        adjoint=optx.ImplicitAdjoint(linear_solver=linear),
+    )
     u, lam = sol.value
     rho = weights(u)
     rho = rho / jnp.sum(rho)
