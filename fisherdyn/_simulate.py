@@ -37,7 +37,7 @@ from ._dynamics import (
     boundary_forces,
     forces,
 )
-from ._entropies import AbstractEntropy, AbstractTsallisShapedEntropy, Burg
+from ._entropies import AbstractEntropy, AbstractTsallisShapedEntropy, Burg, Tsallis
 
 __all__ = ["simulate", "relax", "Trajectory", "RelaxSolution", "RESULTS"]
 
@@ -627,20 +627,10 @@ def _state_norm(tree):
     return jnp.max(jnp.stack([jnp.max(jnp.abs(leaf)) for leaf in jtu.tree_leaves(tree)]))
 
 
-def _polish(system: FisherSystem, rho_end, lam_end, rtol):
-    """Newton on the stationary conditions, from the integrated end point.
-
-    Unknowns $(u, \\lambda)$ with $\\rho_i = e^{u_i}$ on the support; equations
-    $(g_i(\\rho) - \\lambda)/T = 0$ on the support, $\\sum\\rho = 1$. The support is the
-    dynamics': a component is off it where the boundary force beats the multiplier,
-    $g_i(0) > \\lambda$ (possible only for the cutoff families) - there its weight is 0.
-    """
-    entropy, z, T = system.entropy, system.scores, system.T
-    active = ~(boundary_forces(entropy, rho_end, z, T) > lam_end)
-    u0 = jnp.where(active & (rho_end > 0), jnp.log(jnp.where(rho_end > 0, rho_end, 1.0)), 0.0)
-    # a support component the integration left at exactly 0 (only if it started there: faces
-    # are invariant) starts at a tiny weight, and the result says support_inconsistent
-    u0 = jnp.where(active & (rho_end <= 0), jnp.log(jnp.finfo(rho_end.dtype).tiny) / 4, u0)
+def _newton_on_support(entropy, z, T, active, u0, lam0, rtol):
+    """Newton on the stationary conditions restricted to the support `active`, from
+    $(u_0, \\lambda_0)$: returns (rho, lam, residual, converged, off-support violation,
+    Newton steps)."""
 
     def weights(u):
         return jnp.where(active, jnp.exp(jnp.where(active, u, 0.0)), 0.0)
@@ -677,11 +667,11 @@ def _polish(system: FisherSystem, rho_end, lam_end, rtol):
         r, s = fn(y, args)
         return r * scale, s
 
-    gmres_tol = 1e-13 if rho_end.dtype == jnp.float64 else 1e-6
+    gmres_tol = 1e-13 if u0.dtype == jnp.float64 else 1e-6
     linear = lx.GMRES(rtol=gmres_tol, atol=gmres_tol, max_steps=64, restart=8, stagnation_iters=8)
     solver = optx.Newton(rtol=rtol, atol=rtol, norm=optx.max_norm, linear_solver=linear)
     sol = optx.root_find(
-        scaled, solver, (u0, lam_end), max_steps=64, throw=False,
+        scaled, solver, (u0, lam0), max_steps=64, throw=False,
         adjoint=optx.ImplicitAdjoint(linear_solver=linear),
     )
     u, lam = sol.value
@@ -693,12 +683,53 @@ def _polish(system: FisherSystem, rho_end, lam_end, rtol):
         jnp.where(active, 0.0, jnp.maximum(lam - boundary_forces(entropy, rho, z, T), 0.0))
     )
     residual = jnp.maximum(jnp.maximum(on, off), jnp.abs(jnp.sum(rho) - 1))
-    ok_newton = sol.result == optx.RESULTS.successful
+    converged = sol.result == optx.RESULTS.successful
+    return rho, lam, residual, converged, off, sol.stats["num_steps"], u
+
+
+def _polish(system: FisherSystem, rho_end, lam_end, rtol):
+    """Newton on the stationary conditions, from the integrated end point.
+
+    Unknowns $(u, \\lambda)$ with $\\rho_i = e^{u_i}$ on the support; equations
+    $(g_i(\\rho) - \\lambda)/T = 0$ on the support, $\\sum\\rho = 1$. The support is the
+    dynamics': a component is off it where the boundary force beats the multiplier,
+    $g_i(0) > \\lambda$ (possible only for the cutoff families) - there its weight is 0.
+    """
+    entropy, z, T = system.entropy, system.scores, system.T
+    active = ~(boundary_forces(entropy, rho_end, z, T) > lam_end)
+    u0 = jnp.where(active & (rho_end > 0), jnp.log(jnp.where(rho_end > 0, rho_end, 1.0)), 0.0)
+    # a support component the integration left at exactly 0 (only if it started there: faces
+    # are invariant) starts at a tiny weight, and the result says support_inconsistent
+    u0 = jnp.where(active & (rho_end <= 0), jnp.log(jnp.finfo(rho_end.dtype).tiny) / 4, u0)
+    rho, lam, residual, ok_newton, off, steps, u = _newton_on_support(
+        entropy, z, T, active, u0, lam_end, rtol
+    )
+    if isinstance(entropy, (Tsallis, AbstractTsallisShapedEntropy)):
+        # A key whose boundary force sits within the steady-state tolerance of the multiplier
+        # can be on the wrong side of it at the end point: Newton then drives its weight to
+        # 0 without converging (seen for Renyi(2) at N = 4096). Retry once on the support
+        # that the multiplier Newton reached selects.
+        lam_ok = jnp.isfinite(lam)
+        retry_active = active & ~(boundary_forces(entropy, rho_end, z, T) > lam)
+        retry = ~ok_newton & lam_ok & jnp.any(retry_active != active)
+        active = jnp.where(retry, retry_active, active)
+        # (from the first solve's end: where no retry is needed, the second solve - computed
+        # anyway under vmap, then discarded - starts at the root and stops at once)
+        u_start = jnp.where(jnp.all(jnp.isfinite(u)), u, u0)
+        second = _newton_on_support(
+            entropy, z, T, active, u_start, jnp.where(lam_ok, lam, lam_end), rtol
+        )
+        rho, lam, residual, ok_newton, off, steps2, _ = jax.tree.map(
+            lambda new, old: jnp.where(retry, new, old),
+            second,
+            (rho, lam, residual, ok_newton, off, steps, u),
+        )
+        steps = jnp.where(retry, steps + steps2, steps)
     # a component the dynamics left at exactly 0 while the boundary force pulls it inward:
     # the run rests on an invariant face at a point that is not a fixed point of the simplex
     stuck = jnp.any(active & (rho_end <= 0))
     ok_support = (off <= 0) & ~stuck
-    return rho, lam, residual, ok_newton, ok_support, sol.stats["num_steps"]
+    return rho, lam, residual, ok_newton, ok_support, steps
 
 
 class _RelaxStatic(eqx.Module):

@@ -602,6 +602,20 @@ def test_relax_is_linear_in_n():
     assert np.all(np.asarray(sol.residual) <= 1e-12)
 
 
+def test_relax_polish_drops_a_marginal_key():
+    """A Renyi(2) problem at N = 4096 (gaussian scores, T = 1) relaxes slowly (boundary modes
+    with omega^2 ~ 1e-6, t ~ 530) and its steady-state end point leaves one key just past the
+    cutoff on the polish's support (3749 keys instead of 3748). The polish retries on the
+    support its Newton multiplier selects: converged, and equal to `stationary` (a separate
+    solver) to 1e-10 with the same support. (Before the retry: polish_failed.)"""
+    z = np.random.default_rng(0).normal(size=(4, 4096))[3]
+    sol = fd.relax(fd.Renyi(2.0), z, 1.0, mass=1.0, damping=2.0, rtol=1e-8, atol=1e-10, tol=1e-6)
+    ref = np.asarray(fd.stationary(fd.Renyi(2.0), z, 1.0))
+    np.testing.assert_allclose(sol.rho, ref, atol=1e-10, rtol=0)
+    np.testing.assert_array_equal(np.asarray(sol.rho) == 0, ref == 0)
+    assert float(sol.residual) <= 1e-12
+
+
 _SHARDED_SCRIPT = textwrap.dedent(
     """
     import jax
