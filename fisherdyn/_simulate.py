@@ -630,7 +630,7 @@ def _state_norm(tree):
 def _newton_on_support(entropy, z, T, active, u0, lam0, rtol):
     """Newton on the stationary conditions restricted to the support `active`, from
     $(u_0, \\lambda_0)$: returns (rho, lam, residual, converged, off-support violation,
-    Newton steps)."""
+    Newton steps, the final u)."""
 
     def weights(u):
         return jnp.where(active, jnp.exp(jnp.where(active, u, 0.0)), 0.0)
@@ -714,7 +714,7 @@ def _polish(system: FisherSystem, rho_end, lam_end, rtol):
         retry = ~ok_newton & lam_ok & jnp.any(retry_active != active)
         active = jnp.where(retry, retry_active, active)
         # (from the first solve's end: where no retry is needed, the second solve - computed
-        # anyway under vmap, then discarded - starts at the root and stops at once)
+        # for every problem, then discarded - starts at the root and stops at once)
         u_start = jnp.where(jnp.all(jnp.isfinite(u)), u, u0)
         second = _newton_on_support(
             entropy, z, T, active, u_start, jnp.where(lam_ok, lam, lam_end), rtol
