@@ -84,12 +84,18 @@ def forces(entropy: AbstractEntropy, rho, scores, T):
     return jnp.where(pos, -scores - T * h, -scores)
 
 
+def may_have_cutoff(entropy: AbstractEntropy) -> bool:
+    """Whether the family can put keys at exactly zero weight (Tsallis and Renyi /
+    Sharma-Mittal, at q > 1); static, decided by the family alone."""
+    return isinstance(entropy, (Tsallis, AbstractTsallisShapedEntropy))
+
+
 def boundary_forces(entropy: AbstractEntropy, rho, scores, T):
     """$g_i(\\rho_i \\to 0^+)$ at fixed other weights: $E_i$ for the cutoff families
     (Tsallis / Renyi / Sharma-Mittal with q > 1), $-\\infty$ for the repulsive ones (every other
     family: their $h$ diverges to $+\\infty$ at 0, so the boundary is never a fixed point)."""
     E = -scores
-    if isinstance(entropy, (Tsallis, AbstractTsallisShapedEntropy)):
+    if may_have_cutoff(entropy):
         return jnp.where(entropy.q > 1, E, -jnp.inf)
     return jnp.full_like(E, -jnp.inf)
 
