@@ -277,12 +277,16 @@ def _abe_component_v(entropy, y, v, steps=2):
         fp = 1.0 / Q + Q * Q * vq / v
         step = (v / Q - Q * vq + c) / fp
         v = jnp.maximum(v - step, v_lb)  # (jnp.fmax here defeats XLA:CPU vectorization)
+    # Everything returned is a function of the final v alone (the slope and the error
+    # estimate re-evaluate f and f' there instead of reusing the last step's): XLA:CPU then
+    # writes out v once instead of each intermediate of the last step (benchmark batch
+    # 28 -> 25 kernels per block, 9-14 % faster).
     x = _neg_pow(v, p, jnp.log(v))
+    vq = _neg_pow(v, Q, jnp.log(v))
+    fp = 1.0 / Q + Q * Q * vq / v
     slope = p * (x / v) * (Q - 1.0 / Q) / fp
-    rel = jnp.abs(step) / v
-    # Newton from the left: the relative error left after the last step is at most about
-    # C rel^2, C = max v|f''|/(2 f') = (Q + 1)/2
-    err = rel * jnp.minimum(1.0, 0.5 * (Q + 1) * rel)
+    # the next Newton step, relative to v: the distance to the root to first order
+    err = jnp.abs(v / Q - Q * vq + c) / (fp * v)
     return x, slope, v, err
 
 
@@ -440,7 +444,14 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, _abe_form=Non
         ok_secant = (denom > 0) & (secant >= lo) & (secant <= hi)
         nu_new = jnp.where(ok_newton, newton, jnp.where(ok_secant, secant, 0.5 * (lo + hi)))
         small = jnp.abs(nu_new - s.nu) <= 2 * eps * (jnp.abs(s.nu) + T)
-        nu_new = jnp.where(s.done, s.nu, nu_new)
+        # Untrusted (Abe's v form: components not converged after their warm-started
+        # steps): stay and refine them at the same nu. Stepping on an inexact h without a
+        # bracket update can cycle: Abe(3), float64, Cauchy scores at T = 10 bounced between
+        # two values of nu for all 200 iterations and returned weights summing to 1.2. (The
+        # asinh form restarts cold at every nu, so staying would repeat the same evaluation.)
+        stay = ~trusted if abe_v else jnp.zeros_like(s.done)
+        nu_new = jnp.where(s.done | stay, s.nu, nu_new)
+        small = small & ~stay  # staying is not stagnation
         h, dh, aux, inner = evaluate(nu_new, s.aux)
         inner_ok = inner <= inner_tol
         # Stop at |h| ~ eps; or when nu no longer moves (float32, ill-conditioned Tsallis
