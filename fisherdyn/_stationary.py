@@ -481,8 +481,11 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, _abe_form=Non
     out = jax.lax.while_loop(cond, body, state)
     rho, slope, _, _ = components(out.nu, out.aux)
     if nan_if_unconverged:
-        # a row still unconverged after max_iter is reported, not returned as if solved
-        rho = jnp.where(out.done, rho, jnp.nan)
+        # a row still unconverged after max_iter is reported, not returned as if solved;
+        # one whose sum is at round-off passes (Abe's asinh form has a component-residual
+        # floor above inner_tol on deep tails: at q = e^0.035, scores down to -15, it never
+        # sets `done` although it equals scipy's root)
+        rho = jnp.where(out.done | (jnp.abs(out.h) <= 64 * tol), rho, jnp.nan)
     return rho, out.nu + zmax, slope
 
 
@@ -889,7 +892,8 @@ _ABE_BLOCK_BYTES = 1 << 20
 
 def _in_row_blocks(fn, z, keep, T, block_bytes):
     """`fn(z, keep, T)` (rowwise) over row blocks of about `block_bytes` each, one at a
-    time (`lax.map`); the last block is padded with uniform rows."""
+    time (`lax.map`); the last block is padded with uniform rows (one compiled body:
+    `lax.map`'s `batch_size` would compile the remainder a second time)."""
     shape, n = z.shape, z.shape[-1]
     rows = math.prod(shape[:-1])
     block = max(1, block_bytes // (n * z.dtype.itemsize))

@@ -511,9 +511,9 @@ def test_abe_wide_rows_converge(q):
     scores at T = 0.01 ... 10 (768 rows, float64). Before the fix the root iteration could
     cycle (components not converged after their warm-started steps, Newton on nu bouncing
     between two values) and return weights summing to 1.13-1.46 after 200 iterations; 5
-    (q = 3) and 8 (q = 0.4) of these rows did. Reference: the stationary law itself (numpy, Abe's G in closed form):
-    sum to 1e-13 (the solver stops at 4 eps; 1.7e-14 measured), T G(rho_i) - z_i one
-    constant per row to 1e-10 relative."""
+    (q = 3) and 8 (q = 0.4) of these rows did. Reference: the stationary law itself (numpy,
+    Abe's G in closed form): sum to 1e-13 (the solver stops at 4 eps; 1.7e-14 measured),
+    T G(rho_i) - z_i one constant per row to 1e-10 relative."""
     rng = np.random.default_rng(1)
     draws = [rng.normal(size=(64, 512)), rng.standard_cauchy(size=(64, 512)),
              rng.exponential(size=(64, 512))]
@@ -548,6 +548,12 @@ def test_unconverged_rows_are_nan_not_wrong():
         assert np.all(np.isnan(capped[bad]))
         np.testing.assert_allclose(capped[~bad], full[~bad], rtol=0, atol=1e-15)
         assert np.all(np.isfinite(full)) and np.max(np.abs(full.sum(-1) - 1)) <= 1e-13
+    # a row converged to round-off whose component check cannot pass (Abe's asinh form on a
+    # deep tail) is returned, equal to scipy's root
+    zb = np.array([0.0, -3.0, -6.0, -9.0, -12.0, -15.0])
+    ent = fd.Abe(float(np.exp(0.035)))
+    ref = fd.solve_stationary(ent, zb, 1.0, method="scipy")
+    np.testing.assert_allclose(fd.stationary(ent, zb, 1.0), ref.rho, rtol=0, atol=1e-13)
 
 
 # --------------------------------------------------------------------------- stationary law
