@@ -1014,8 +1014,9 @@ def stationary(entropy: AbstractEntropy, scores, T=1.0, *, mask=None, axis: int 
     **Returns:** $\\rho$ with the shape of `scores`. Renyi / Sharma-Mittal return the
     self-consistent branch of least free energy (see `stationary_branches`). A row of a
     separable family whose normalization root has not converged after 200 iterations is
-    returned as NaN, never as an unconverged answer (none seen over gaussian, Cauchy,
-    exponential and bimodal scores, T = 0.01 to 10; at most 32 iterations).
+    returned as NaN (unless its weights already sum to 1 at round-off), never as an
+    unconverged answer (none seen over gaussian, Cauchy, exponential and bimodal scores,
+    T = 0.01 to 10; at most 32 iterations).
     """
     _check_entropy(entropy)
     return _stationary_jit(entropy, _as_array(scores), _as_array(T), mask, axis)
