@@ -1239,8 +1239,10 @@ def test_second_order_start_is_closer_than_jensen(spec):
     zbar = z.mean(-1, keepdims=True)
     hi = -T * float(entropy.G_shifted(1.0 / n))
     keep = jnp.ones(z.shape, bool)
+    # the law as the solver evaluates it (Abe(1.5): its v iteration from a cold start)
+    law = st._component_law(entropy, jnp.float64, "v" if isinstance(entropy, fd.Abe) else None)
     shift = np.asarray(st._spread_shift(entropy, jnp.asarray(z), keep, jnp.asarray(zbar),
-                                        jnp.full_like(zbar, n), hi, T))
+                                        jnp.full_like(zbar, n), hi, T, law))
     err_jensen = np.abs(zbar + hi - nu_star)
     err_second = np.abs(zbar + hi + shift - nu_star)
     _record(f"second-order start / Jensen, {spec_id(spec)}", np.max(err_second / err_jensen))
