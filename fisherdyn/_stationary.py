@@ -491,7 +491,7 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, _abe_form=Non
         # one whose sum is at round-off passes (Abe's asinh form has a component-residual
         # floor above inner_tol on deep tails: at q = e^0.035, scores down to -15, it never
         # sets `done` although it equals scipy's root)
-        rho = jnp.where(out.done | (jnp.abs(out.h) <= 64 * tol), rho, jnp.nan)
+        rho = jnp.where(out.done | (jnp.abs(out.h) <= 64 * tol) | ~keep, rho, jnp.nan)
     return rho, out.nu + zmax, slope
 
 
@@ -1076,7 +1076,15 @@ def _stationary_jit(entropy, scores, T, mask, axis):
     else:
         z, keep, T, empty = _prepare(z_in, T, mask, axis)
         rho = _stationary_core(entropy, z, keep, T)
-        rho = jnp.moveaxis(jnp.where(empty | ~keep, 0.0, rho), -1, axis)
+        if mask is None:
+            # Abe without a mask: its solver already gives -inf keys weight 0, so only rows
+            # of all -inf (solved as uniform) need zeroing; without any, no pass over the
+            # output (5 % of Abe's time on the benchmark batch)
+            rho = jax.lax.cond(jnp.any(empty), lambda r: jnp.where(empty, 0.0, r),
+                               lambda r: r, rho)
+        else:
+            rho = jnp.where(empty | ~keep, 0.0, rho)
+        rho = jnp.moveaxis(rho, -1, axis)
     return rho.astype(scores.dtype) if low else rho
 
 

@@ -1136,6 +1136,30 @@ def test_unmasked_fast_path_matches_general_path_under_vmap(spec):
     assert str(jax.make_jaxpr(fast)(Z)).count("cond[") == n_cond
 
 
+def test_abe_without_mask_zeroes_only_what_it_must():
+    """Abe without a mask skips the final zeroing pass unless a row is all -inf: -inf keys
+    still weigh exactly 0 (its solver zeroes them), an all -inf row comes back as zeros, and
+    values and gradients equal the explicit-mask path (1e-14, float64). Row blocks are in
+    play: 1100 rows of 64 keys are three blocks of ~1 MB."""
+    e = fd.Abe(1.5)
+    rng = np.random.default_rng(5)
+    z = rng.normal(size=(1100, 64))
+    z[3, :5] = -np.inf
+    for rows in (z, np.where(np.arange(1100)[:, None] == 7, -np.inf, z)):  # + an empty row
+        Z = jnp.asarray(rows)
+        keep = jnp.isfinite(Z)
+        w = jnp.asarray(rng.normal(size=z.shape))
+        none = lambda Z: fd.stationary(e, Z, 0.8)  # noqa: E731
+        masked = lambda Z: fd.stationary(e, jnp.where(keep, Z, 0.0), 0.8, mask=keep)  # noqa: E731
+        r = np.asarray(none(Z))
+        np.testing.assert_allclose(r, np.asarray(masked(Z)), atol=1e-14, rtol=0)
+        assert np.all(r[~np.asarray(keep)] == 0.0)
+        g = np.asarray(jax.grad(lambda Z: jnp.sum(w * none(Z)))(Z))
+        g_ref = np.asarray(jax.grad(lambda Z: jnp.sum(w * masked(Z)))(Z))
+        assert np.all(np.isfinite(g))
+        np.testing.assert_allclose(g, g_ref, atol=1e-13, rtol=0)
+    assert np.all(r[7] == 0.0) and np.all(g[7] == 0.0)
+
 def test_shannon_without_mask_equals_the_masked_path():
     """Shannon without a mask takes a fused softmax path (its own input checks, plain
     autodiff). Reference: the general masked path (keep mask, solver custom JVP) on the same
