@@ -676,13 +676,21 @@ def _shape_setup(entropy, z, keep, T):
     return _Shape(q, p, s, beta, gamma, d, keep, loga, t_lo, t_hi)
 
 
-def _shape_sums(sh, t, count=False):
+def _shape_sums(sh, t, count=False, profile=False):
     """(Shat_{p-1}, Shat_p, Shat_{p+1}) at t = log delta (and, with `count`, the number of
     active keys), and the weights (u/delta)^p: one elementwise pass."""
     inv = jnp.exp(-t)
     qc, pc = _concrete(sh.q), _concrete(sh.p)
     if qc is not None and qc > 1:
-        v = jnp.maximum(1.0 - sh.d * inv, 0.0)  # masked keys carry d = +inf: v = 0
+        if profile:
+            # the same v, written without a constant: XLA:CPU hands the profile's row sum to
+            # YNNPACK, which took the constants 1 and 0 as whole arrays filled per call (two
+            # 8 MB fills, 40 % of Sharma-Mittal's time on the benchmark batch; in the
+            # iteration's sums this form was slower)
+            delta = jnp.exp(t)
+            v = (delta - jnp.minimum(sh.d, delta)) * inv
+        else:
+            v = jnp.maximum(1.0 - sh.d * inv, 0.0)  # masked keys carry d = +inf: v = 0
         if pc == round(pc) and 1 <= pc <= 4:  # q = 2, 3/2, 4/3, 5/4: multiplies only
             k = int(round(pc))
             vm = (v > 0).astype(v.dtype) if k == 1 else jax.lax.integer_pow(v, k - 1)
@@ -749,7 +757,7 @@ def _shape_newton(sh, t, lo, hi, max_iter=60):
 
 
 def _shape_profile(sh, t):
-    (_, S1, S2), vp = _shape_sums(sh, t)
+    (_, S1, S2), vp = _shape_sums(sh, t, profile=True)
     return vp / S1, jnp.log(S2) - sh.q * jnp.log(S1)
 
 
