@@ -411,9 +411,9 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, _abe_form=Non
     else:
         nu = jnp.clip(jnp.broadcast_to(nu0, lo.shape), lo, hi)
     if abe_v:
-        aux0 = jnp.where(keep, _abe_v_guess(entropy, (z - nu) / T), 1.0)
+        aux0 = jnp.where(keep, _abe_v_guess(entropy, (z - nu) * inv_T), 1.0)
     elif is_abe:
-        aux0 = jnp.where(keep, entropy.log_guess((z - nu) / T), 0.0)
+        aux0 = jnp.where(keep, entropy.log_guess((z - nu) * inv_T), 0.0)
     else:
         aux0 = jnp.zeros((), dtype)
     # Abe: a cold start. From the guess the v iteration reaches float32 round-off in 3

@@ -501,7 +501,7 @@ def test_batching_and_axis():
 
 
 def test_abe_row_blocks_match_rowwise():
-    """Abe solves large batches in row blocks (cache-sized, `lax.map`, the last one padded).
+    """Abe solves large batches in row blocks (cache-sized, one at a time, the last padded).
     3000 rows of 64 keys (float64: blocks of 2048 rows, so two blocks and 1096 padding rows)
     with a per-row T and mask must give what the operator gives on slices of 8 rows (below
     one block: the direct path). Tolerance 1e-14: each row's root stops at
@@ -916,6 +916,7 @@ def test_kaniadakis_float32_law_accuracy(kappa):
     np.testing.assert_allclose(np.asarray(slope, np.float64)[keep], (ref / r)[keep],
                                rtol=128 * eps, atol=0)
 
+
 def test_abe_G_inverse_deep_tail():
     # Reference: the round trip G_inverse(G(x)) = x (tolerance 1e-12 relative) deep in the tail.
     for q in (3.0, 0.5, 1.5):
@@ -1166,12 +1167,16 @@ def test_abe_without_mask_zeroes_only_what_it_must():
     """Abe without a mask skips the final zeroing pass unless a row is all -inf: -inf keys
     still weigh exactly 0 (its solver zeroes them), an all -inf row comes back as zeros, and
     values and gradients equal the explicit-mask path (1e-14, float64). Row blocks are in
-    play: 1100 rows of 64 keys are three blocks of ~1 MB."""
+    play: 4500 float64 rows of 64 keys are three blocks of 2048 rows (~1 MB each)."""
+    from fisherdyn import _stationary as st
+
     e = fd.Abe(1.5)
     rng = np.random.default_rng(5)
-    z = rng.normal(size=(1100, 64))
+    z = rng.normal(size=(4500, 64))
+    assert z.shape[0] > 2 * (st._ABE_BLOCK_BYTES // (64 * 8))  # at least three blocks
     z[3, :5] = -np.inf
-    for rows in (z, np.where(np.arange(1100)[:, None] == 7, -np.inf, z)):  # + an empty row
+    z[4000, 60:] = -np.inf  # in the last, padded block
+    for rows in (z, np.where(np.arange(4500)[:, None] == 7, -np.inf, z)):  # + an empty row
         Z = jnp.asarray(rows)
         keep = jnp.isfinite(Z)
         w = jnp.asarray(rng.normal(size=z.shape))
