@@ -98,7 +98,12 @@ def main():
         help="problems in the scipy loop (extrapolated to the batch)",
     )
     parser.add_argument("--out", type=Path, default=Path(__file__).with_suffix(".json"))
+    parser.add_argument("--no-scaling", action="store_true",
+                        help="skip the cost-vs-N and cost-vs-B fits (each size compiles anew)")
     args = parser.parse_args()
+    dev = jax.devices()[0]
+    print(f"device: {dev.platform} ({dev.device_kind}), {jax.device_count()} device(s); "
+          f"jax {jax.__version__}")
     B, N = (64, 16) if args.quick else (1024, 64)
     n_scipy = min(args.scipy_problems, B) if not args.quick else 8
     Z = problems(B, N)
@@ -145,6 +150,33 @@ def main():
         f"CPU-time ratio {scipy_per_cpu * B / first_cpu:.1f} x)"
     )
 
+    results = dict(
+        device=f"{dev.platform} ({dev.device_kind})",
+        batch=B,
+        keys=N,
+        rtol=RTOL,
+        atol=ATOL,
+        tol=TOL,
+        first_call_s=first,
+        compile_s=compile_s,
+        compile_cpu_s=compile_cpu,
+        run_cpu_s=run_cpu,
+        scipy_per_problem_cpu_s=scipy_per_cpu,
+        run_s=run,
+        scipy_total_s=scipy_total,
+        scipy_per_problem_s=scipy_per,
+        scipy_problems_measured=n_scipy,
+        speedup_compiled=scipy_total / run,
+        speedup_with_compile=scipy_total / first,
+        max_err_vs_softmax=float(err),
+        max_err_vs_scipy=float(ref_err),
+        median_steps=float(np.median(steps)),
+    )
+    if args.no_scaling:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {args.out}")
+        return
+
     # scaling in N (at B) and in B (at N)
     # N up to 1024: a polish that built the N x N Newton matrix showed only beyond N ~ 256
     Ns = [8, 16] if args.quick else [16, 64, 256, 1024]
@@ -177,25 +209,7 @@ def main():
         % (N, ", ".join(f"B={b}: {c:.3f}s" for b, c in zip(Bs, cost_B)), slope_B, slope_B_cpu)
     )
 
-    results = dict(
-        batch=B,
-        keys=N,
-        rtol=RTOL,
-        atol=ATOL,
-        tol=TOL,
-        first_call_s=first,
-        compile_s=compile_s,
-        compile_cpu_s=compile_cpu,
-        run_cpu_s=run_cpu,
-        scipy_per_problem_cpu_s=scipy_per_cpu,
-        run_s=run,
-        scipy_total_s=scipy_total,
-        scipy_per_problem_s=scipy_per,
-        scipy_problems_measured=n_scipy,
-        speedup_compiled=scipy_total / run,
-        speedup_with_compile=scipy_total / first,
-        max_err_vs_softmax=float(err),
-        max_err_vs_scipy=float(ref_err),
+    results.update(
         cost_vs_N=dict(zip(map(str, Ns), cost_N)),
         cost_vs_B=dict(zip(map(str, Bs), cost_B)),
         exponent_N=slope_N,
@@ -204,7 +218,6 @@ def main():
         cpu_cost_vs_B=dict(zip(map(str, Bs), cpu_B)),
         exponent_N_cpu=slope_N_cpu,
         exponent_B_cpu=slope_B_cpu,
-        median_steps=float(np.median(steps)),
     )
     if not args.quick:
         args.out.write_text(json.dumps(results, indent=2))

@@ -112,6 +112,8 @@ def main(argv=None):
             times[label].append(t)
             ratios[label].append(t / b)
     base = float(np.median(base_times))
+    dev = jax.devices()[0]
+    print(f"device: {dev.platform} ({dev.device_kind}); jax {jax.__version__}")
     print(f"batch ({args.rows}, {args.cols}) float32, T={T}; jax.nn.softmax median {base * 1e3:.2f} ms "
           f"({args.repeats} interleaved rounds)")
     print(f"{'operator':24s} {'median ms':>10s} {'x softmax':>10s} {'target':>8s}  max|sum-1|")
