@@ -650,7 +650,8 @@ def test_sharded_batch_runs_split_over_devices():
     4 + 4 over the two devices (no gather onto one), and the fixed points equal softmax
     (closed form) to 1e-10. Runs in a subprocess with two virtual CPU devices."""
     # the CPU backend explicitly: on a machine with a GPU, JAX would default to that one device
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               JAX_PLATFORMS="cpu")
     run = subprocess.run(
         [sys.executable, "-c", _SHARDED_SCRIPT], env=env, capture_output=True, text=True,
         timeout=600,
