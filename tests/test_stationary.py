@@ -1191,6 +1191,7 @@ def test_abe_without_mask_zeroes_only_what_it_must():
         np.testing.assert_allclose(g, g_ref, atol=1e-13, rtol=0)
     assert np.all(r[7] == 0.0) and np.all(g[7] == 0.0)
 
+
 def test_shannon_without_mask_equals_the_masked_path():
     """Shannon without a mask takes a fused softmax path (its own input checks, plain
     autodiff). Reference: the general masked path (keep mask, solver custom JVP) on the same
