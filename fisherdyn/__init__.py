@@ -1,5 +1,6 @@
 """fisherdyn: entropy-generated attention operators and their Fisher-Lagrangian dynamics."""
 
+from ._results import RESULTS as RESULTS, result_name as result_name
 from ._entropies import (
     AbstractEntropy as AbstractEntropy,
     AbstractSeparableEntropy as AbstractSeparableEntropy,
@@ -24,14 +25,13 @@ from ._stationary import (
 )
 
 __version__ = "0.1.0"
-from ._simulate import (
-    RESULTS as RESULTS,
+from ._dynamics import (
     RelaxSolution as RelaxSolution,
     Trajectory as Trajectory,
     relax as relax,
     simulate as simulate,
 )
-from ._spectrum import (
+from ._dynamics import (
     CRITICAL as CRITICAL,
     OVERDAMPED as OVERDAMPED,
     UNDERDAMPED as UNDERDAMPED,
@@ -42,7 +42,7 @@ from ._attention import (
     attention as attention,
     attention_weights as attention_weights,
 )
-from ._looped import (
+from ._weight_tied import (
     LoopedConfig as LoopedConfig,
     LoopedPaths as LoopedPaths,
     LoopedTransformer as LoopedTransformer,
@@ -55,25 +55,25 @@ from ._looped import (
     recall_task as recall_task,
     train_looped as train_looped,
 )
-from ._solve import (
+from ._stationary import (
     StationarySolution as StationarySolution,
     solve_stationary as solve_stationary,
 )
-from ._tangent import (
+from ._analysis import (
     TangentTest as TangentTest,
     tangent_test as tangent_test,
 )
-from ._abe import (
+from ._analysis import (
     AbeExpansion as AbeExpansion,
     abe_expansion as abe_expansion,
     abe_series as abe_series,
 )
-from ._table import (
+from ._analysis import (
     format_operator_table as format_operator_table,
     measure_tail as measure_tail,
     operator_table as operator_table,
 )
-from ._fit import (
+from ._weight_tied import (
     PathFit as PathFit,
     fisher_rao_distance as fisher_rao_distance,
     fit_families as fit_families,

@@ -433,7 +433,7 @@ def test_fine_rescan_in_chunks_matches_rowwise(monkeypatch):
     second MULTI case, T = 3: the first pass's Newton lands on another root there) with
     certified gaussian rows must equal the operator row by row (a single-row chunk each) to
     1e-13, and the rescan must span several chunks."""
-    from fisherdyn import _stationary as st
+    from fisherdyn._stationary import _operator as st
 
     entropy = make(("renyi", 2.0))
     rng = np.random.default_rng(11)
@@ -568,7 +568,7 @@ def test_unconverged_rows_are_nan_not_wrong():
     returning its last iterate. Forced here with an iteration cap of 1 (internal argument):
     rows that need more iterations come back NaN, rows converged by then are finite and
     equal the uncapped solve to 1e-15; under the operator's own cap no row is NaN."""
-    from fisherdyn._stationary import _solve_separable
+    from fisherdyn._stationary._operator import _solve_separable
 
     rng = np.random.default_rng(3)
     Z = np.concatenate([rng.standard_cauchy(size=(8, 64)), np.zeros((1, 64))])  # + uniform
@@ -1168,7 +1168,7 @@ def test_abe_without_mask_zeroes_only_what_it_must():
     still weigh exactly 0 (its solver zeroes them), an all -inf row comes back as zeros, and
     values and gradients equal the explicit-mask path (1e-14, float64). Row blocks are in
     play: 4500 float64 rows of 64 keys are three blocks of 2048 rows (~1 MB each)."""
-    from fisherdyn import _stationary as st
+    from fisherdyn._stationary import _operator as st
 
     e = fd.Abe(1.5)
     rng = np.random.default_rng(5)
@@ -1314,7 +1314,7 @@ def test_second_order_start_is_closer_than_jensen(spec):
     must land nearer the root than Jensen's bound alone. The root is read off the converged
     weights through the forward law, nu* = z_i - T G_shifted(rho_i) (no inverse law
     involved). Threshold 1/3: the neglected terms are third order in the spread."""
-    from fisherdyn import _stationary as st
+    from fisherdyn._stationary import _operator as st
 
     entropy = make(spec)
     T = 1.0

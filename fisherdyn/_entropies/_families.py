@@ -69,6 +69,16 @@ class AbstractEntropy(eqx.Module):
 
     realization: ClassVar[str]
     separable: ClassVar[bool]
+    # Whether the family can put keys at exactly zero weight (a cutoff, at q > 1).
+    may_have_cutoff: ClassVar[bool] = False
+    # Whether the free energy stays finite where a weight reaches 0 (Burg's does not).
+    finite_at_boundary: ClassVar[bool] = True
+
+    def tail_reference(self, T) -> tuple[float | None, str]:
+        """The known far-tail law of the stationary map, as (value, formula): the exponent
+        of an algebraic tail $\rho \sim |z|^{p}$, or the rate $d\ln\rho/dz$ of an
+        exponential one; `(None, "")` where no closed form is known."""
+        return None, ""
 
     @abc.abstractmethod
     def value(self, rho, mask=None):
@@ -135,6 +145,9 @@ class Shannon(AbstractSeparableEntropy):
 
     realization: ClassVar[str] = "closed form"
 
+    def tail_reference(self, T):
+        return 1.0 / float(T), "1/T"
+
     def G(self, x):
         return 1.0 + jnp.log(x)
 
@@ -165,6 +178,7 @@ class Tsallis(AbstractSeparableEntropy):
 
     q: ArrayLike
     realization: ClassVar[str] = "threshold"
+    may_have_cutoff: ClassVar[bool] = True
 
     def __check_init__(self):
         q = _concrete(self.q)
@@ -232,6 +246,9 @@ class Kaniadakis(AbstractSeparableEntropy):
     kappa: ArrayLike
     realization: ClassVar[str] = "scalar root"
 
+    def tail_reference(self, T):
+        return -1 / abs(float(self.kappa)), "-1/kappa"
+
     def __check_init__(self):
         k = _concrete(self.kappa)
         if k is not None and not (0 < abs(k) < 1):
@@ -288,6 +305,10 @@ class Burg(AbstractSeparableEntropy):
     """$S = \\sum \\ln\\rho$; stationary map $T/(\\mu - z_i)$ with inverse-linear tail."""
 
     realization: ClassVar[str] = "scalar root"
+    finite_at_boundary: ClassVar[bool] = False
+
+    def tail_reference(self, T):
+        return -1.0, "-1"
 
     def G(self, x):
         return -1.0 / x
@@ -327,6 +348,11 @@ class Abe(AbstractSeparableEntropy):
 
     q: ArrayLike
     realization: ClassVar[str] = "component roots"
+
+    def tail_reference(self, T):
+        q = float(self.q)
+        q = max(q, 1 / q)
+        return -q / (q - 1), "-q/(q-1)"
 
     def __check_init__(self):
         q = _concrete(self.q)
@@ -432,6 +458,7 @@ class AbstractTsallisShapedEntropy(AbstractEntropy):
     q: eqx.AbstractVar[ArrayLike]
     separable: ClassVar[bool] = False
     realization: ClassVar[str] = "self-consistent"
+    may_have_cutoff: ClassVar[bool] = True
 
     @abc.abstractmethod
     def temperature_factor(self, M):

@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from ._cli import register_command
+from ._main import register_command
 
 __all__ = ["STUDIES", "run_all", "studies_dir", "gallery_markdown"]
 

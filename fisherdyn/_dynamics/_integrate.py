@@ -29,7 +29,7 @@ import optimistix as optx
 from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxtyping import Array
 
-from ._dynamics import (
+from ._system import (
     AbstractCoordinates,
     FisherSystem,
     SimplexCoordinates,
@@ -38,30 +38,10 @@ from ._dynamics import (
     forces,
     may_have_cutoff,
 )
-from ._entropies import AbstractEntropy, AbstractTsallisShapedEntropy, Burg
+from .._entropies import AbstractEntropy, AbstractTsallisShapedEntropy, Burg
+from .._results import RESULTS
 
 __all__ = ["simulate", "relax", "Trajectory", "RelaxSolution", "RESULTS"]
-
-
-class RESULTS(diffrax.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
-    """Result codes of `simulate` and `relax`: Diffrax's, plus the dynamics' own."""
-
-    boundary_reached = (
-        "A weight reached the boundary of the simplex in finite time (inertial replicator, "
-        "Laraki & Mertikopoulos 2015); the simplex chart cannot continue there. The "
-        "trajectory stops at the event: use coords='sphere' to integrate through it."
-    )
-    steady_state_not_reached = (
-        "No steady state was reached before t1: increase t1 (or max_steps), or the damping."
-    )
-    polish_failed = (
-        "The Newton polish of the integrated end point did not converge: the run had not "
-        "settled near a fixed point (tighten `tol`)."
-    )
-    support_inconsistent = (
-        "The polished fixed point violates the stationarity conditions off its support "
-        "(a component at the boundary is pulled inward): the run had not settled."
-    )
 
 
 # --------------------------------------------------------------------------- inputs
@@ -222,7 +202,7 @@ def _prepare(entropy, scores, T, mass, damping, rho0, velocity0, overdamped, nee
             & (jnp.abs(jnp.sum(rho0, -1) - 1) <= 1e-9 * n)
         )
         rho0 = _check(ok, "rho0 must lie on the simplex (rho0 >= 0, sum(rho0) = 1)", rho0)
-        if isinstance(entropy, Burg):
+        if not entropy.finite_at_boundary:
             rho0 = _check(
                 jnp.all(rho0 > 0),
                 "Burg's free energy is infinite on the boundary: rho0 must be > 0",

@@ -24,7 +24,7 @@ from pathlib import Path
 __all__ = ["main", "register_command", "build_parser"]
 
 # Modules that register further subcommands on import (e.g. issue 4's `fisherdyn figures`).
-_COMMAND_MODULES: list[str] = ["fisherdyn._figures"]
+_COMMAND_MODULES: list[str] = ["fisherdyn._cli._figures"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +78,7 @@ def _number(name, *, positive=False, nonneg=False):
 
 
 def _entropy_arg(text):
-    from ._entropies import parse_entropy
+    from .._entropies import parse_entropy
 
     try:
         return parse_entropy(text)
@@ -419,10 +419,10 @@ def _run(args) -> int:
 
     import fisherdyn as fd
 
-    from ._entropies import parse_entropy
+    from .._entropies import parse_entropy
 
-    if not args.no_operator_table and importlib.util.find_spec("fisherdyn._table") is not None:
-        table = importlib.import_module("fisherdyn._table")
+    if not args.no_operator_table and importlib.util.find_spec("fisherdyn._analysis._operator_table") is not None:
+        table = importlib.import_module("fisherdyn._analysis._operator_table")
         print(table.format_operator_table(table.operator_table()))
         print()
     families = args.family or [parse_entropy(s) for s in DEFAULT_FAMILIES]

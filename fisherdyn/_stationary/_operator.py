@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 
-from ._entropies import (
+from .._entropies import (
     AbstractEntropy,
     Burg,
     AbstractSeparableEntropy,

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ._entropies import AbstractEntropy
+from .._entropies import AbstractEntropy
 
 __all__ = ["tangent_test", "TangentTest"]
 

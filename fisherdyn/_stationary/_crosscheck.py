@@ -46,7 +46,7 @@ import numpy as np
 import optimistix as optx
 import scipy.optimize
 
-from ._entropies import (
+from .._entropies import (
     Abe,
     AbstractEntropy,
     AbstractSeparableEntropy,

@@ -37,9 +37,9 @@ import jax.random as jr
 import numpy as np
 import optax
 
-from ._compile import RUN_ONCE
-from ._entropies import AbstractEntropy, Shannon
-from ._stationary import stationary
+from .._misc import RUN_ONCE
+from .._entropies import AbstractEntropy, Shannon
+from .._stationary import stationary
 
 __all__ = [
     "LoopedConfig",

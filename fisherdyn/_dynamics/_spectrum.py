@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from ._dynamics import stiffness_matrix, tangent_basis
-from ._entropies import AbstractEntropy
+from ._system import stiffness_matrix, tangent_basis
+from .._entropies import AbstractEntropy
 
 __all__ = ["relaxation_spectrum", "RelaxationSpectrum", "UNDERDAMPED", "CRITICAL", "OVERDAMPED"]
 
@@ -132,7 +132,7 @@ def relaxation_spectrum(
     if z.ndim == 0 or z.shape[-1] < 2:
         raise ValueError("relaxation_spectrum needs scores with at least 2 keys")
     if rho is None:
-        from ._stationary import stationary
+        from .._stationary import stationary
 
         rho = stationary(entropy, z, T)
     rho = jnp.asarray(rho, z.dtype)

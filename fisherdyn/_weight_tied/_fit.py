@@ -48,10 +48,10 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array
 
-from ._compile import RUN_ONCE
-from ._dynamics import FisherSystem, SphereCoordinates
-from ._entropies import Abe, AbstractEntropy, Burg, Kaniadakis, Renyi, Shannon, Tsallis
-from ._spectrum import relaxation_spectrum
+from .._misc import RUN_ONCE
+from .._dynamics import FisherSystem, SphereCoordinates
+from .._entropies import Abe, AbstractEntropy, Burg, Kaniadakis, Renyi, Shannon, Tsallis
+from .._dynamics import relaxation_spectrum
 
 __all__ = [
     "fit_path",

@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 
-from ._entropies import Abe, Burg, Kaniadakis, Renyi, Shannon, SharmaMittal, Tsallis
-from ._solve import solve_stationary
-from ._stationary import stationary
+from .._entropies import Abe, Burg, Kaniadakis, Renyi, Shannon, SharmaMittal, Tsallis
+from .._stationary import solve_stationary
+from .._stationary import stationary
 
 __all__ = ["operator_table", "format_operator_table", "DEFAULT_FAMILIES", "DEFAULT_SCORES"]
 
@@ -86,20 +86,6 @@ def measure_tail(entropy, *, T=1.0, length=None, n=401, dtype=jnp.float64) -> di
                 text=f"{kind}: rho ~ |z|^{expo:.4g}")
 
 
-def _reference_exponent(entropy):
-    if isinstance(entropy, Kaniadakis):
-        return -1 / abs(float(entropy.kappa)), "-1/kappa"
-    if isinstance(entropy, Abe):
-        q = float(entropy.q)
-        q = max(q, 1 / q)
-        return -q / (q - 1), "-q/(q-1)"
-    if isinstance(entropy, Burg):
-        return -1.0, "-1"
-    if isinstance(entropy, Shannon):
-        return 1.0, "1/T"
-    return None, ""
-
-
 def operator_table(dtype=jnp.float64, *, scores=DEFAULT_SCORES, T=1.0, families=None):
     """Measure one row per entropy family (default parameters, MATH.md §2).
 
@@ -128,9 +114,7 @@ def operator_table(dtype=jnp.float64, *, scores=DEFAULT_SCORES, T=1.0, families=
             sol = solve_stationary(entropy, z64, T, method=method)
             errs[method] = float(jnp.max(jnp.abs(rho64 - sol.rho)))
             residual = float(sol.residual)
-        ref, ref_text = _reference_exponent(entropy)
-        if isinstance(entropy, Shannon):
-            ref = 1.0 / T
+        ref, ref_text = entropy.tail_reference(T)
         rows.append(
             dict(
                 family=label,

@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from ._entropies import AbstractEntropy, AbstractTsallisShapedEntropy, Tsallis
+from .._entropies import AbstractEntropy, AbstractTsallisShapedEntropy, Tsallis
 
 __all__ = [
     "FisherSystem",
@@ -87,7 +87,7 @@ def forces(entropy: AbstractEntropy, rho, scores, T):
 def may_have_cutoff(entropy: AbstractEntropy) -> bool:
     """Whether the family can put keys at exactly zero weight (Tsallis and Renyi /
     Sharma-Mittal, at q > 1); static, decided by the family alone."""
-    return isinstance(entropy, (Tsallis, AbstractTsallisShapedEntropy))
+    return type(entropy).may_have_cutoff
 
 
 def boundary_forces(entropy: AbstractEntropy, rho, scores, T):

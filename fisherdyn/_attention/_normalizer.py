@@ -12,8 +12,8 @@ import math
 
 import jax.numpy as jnp
 
-from ._entropies import AbstractEntropy, Shannon
-from ._stationary import stationary
+from .._entropies import AbstractEntropy, Shannon
+from .._stationary import stationary
 
 __all__ = ["attention", "attention_weights"]
 

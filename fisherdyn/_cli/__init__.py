@@ -1,0 +1,1 @@
+from ._main import main as main

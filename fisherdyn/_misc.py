@@ -1,0 +1,33 @@
+"""Small helpers shared across the subpackages."""
+
+from __future__ import annotations
+
+import jax
+import jax.tree_util as jtu
+import numpy as np
+
+RUN_ONCE = dict(compiler_options={"xla_backend_optimization_level": 0})
+"""`jax.jit` / `eqx.filter_jit` keyword arguments for programs that run once or a few times
+(initialization, evaluation, short training runs): on a CPU, XLA's optimizing compiler takes
+far longer than such a program runs, and level 0 gives the same results to round-off."""
+
+
+def concrete_float(x) -> float | None:
+    """The float value of `x` when it is known at trace time, else None."""
+    try:
+        return float(np.asarray(x))
+    except Exception:  # a tracer: validated later, or not at all
+        return None
+
+
+def is_concrete(tree) -> bool:
+    """Whether no leaf of `tree` is a tracer (its values can be checked in Python)."""
+    return not any(isinstance(leaf, jax.core.Tracer) for leaf in jtu.tree_leaves(tree))
+
+
+def check_entropy(entropy) -> None:
+    """Raise a `TypeError` unless `entropy` is a fisherdyn entropy instance."""
+    from ._entropies import AbstractEntropy
+
+    if not isinstance(entropy, AbstractEntropy):
+        raise TypeError(f"expected a fisherdyn entropy (e.g. fd.Shannon()), got {entropy!r}")
