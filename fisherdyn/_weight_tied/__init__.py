@@ -1,20 +1,48 @@
-from ._fit import (
-    PathFit as PathFit,
+"""The weight-tied (looped) transformer experiment and the fit of Fisher-Lagrangian dynamics
+to measured attention paths.
+
+Everything is imported eagerly except the training entry points (`train_looped`,
+`TrainedLooped`), which need optax: they load on first access, so that importing this
+subpackage (or fisherdyn) does not import optax.
+"""
+
+import typing
+
+from ._cache import default_cache_dir as default_cache_dir
+from ._charts import fit_families as fit_families
+from ._fit import PathFit as PathFit, fit_path as fit_path
+from ._geometry import (
     fisher_rao_distance as fisher_rao_distance,
-    fit_families as fit_families,
-    fit_path as fit_path,
     geodesic_interpolation as geodesic_interpolation,
 )
-from ._looped import (
+from ._model import (
     LoopedConfig as LoopedConfig,
-    LoopedPaths as LoopedPaths,
     LoopedTransformer as LoopedTransformer,
-    RecallBatch as RecallBatch,
-    TrainedLooped as TrainedLooped,
-    default_cache_dir as default_cache_dir,
+    init_looped as init_looped,
+)
+from ._paths import (
+    LoopedPaths as LoopedPaths,
     evaluate_looped as evaluate_looped,
     extract_paths as extract_paths,
-    init_looped as init_looped,
-    recall_task as recall_task,
-    train_looped as train_looped,
 )
+from ._task import RecallBatch as RecallBatch, recall_task as recall_task
+
+if typing.TYPE_CHECKING:
+    from ._training import TrainedLooped as TrainedLooped, train_looped as train_looped
+
+_LAZY = {"TrainedLooped": "._training", "train_looped": "._training"}
+
+
+def __getattr__(name):
+    # PEP 562: the optax-dependent names are imported when first asked for
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,221 @@
+"""Training a looped transformer on the recall task (the only module that imports optax).
+
+The loss averages the readout's cross entropy over the later loops, so the computation is
+trained to settle rather than to pass through the answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import math
+import os
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import optax
+
+from .._custom_types import Float
+from .._misc import RUN_ONCE
+from ._cache import atomic_write, cache_paths, default_cache_dir
+from ._model import LoopedConfig, LoopedTransformer, _shell, init_looped
+from ._paths import evaluate_looped
+from ._task import recall_task
+
+__all__ = ["TrainedLooped", "train_looped"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedLooped:
+    """The result of `train_looped`.
+
+    **Fields:**
+
+    - `model`: the trained `LoopedTransformer`.
+    - `accuracy`: on a fixed held-out batch at the trained depth.
+    - `loss_history` `(steps,)`: training losses.
+    - `seconds`: wall time of the training run that produced the weights (compilation
+      included; not of the cache load); `step_ms`: the time per training step after
+      compilation.
+    - `from_cache`: the weights were loaded; `path`: of the cached weights (None if caching
+      was off).
+    """
+
+    model: LoopedTransformer
+    accuracy: float
+    loss_history: Float[np.ndarray, " steps"]
+    seconds: float
+    step_ms: float
+    from_cache: bool
+    path: str | None
+
+
+def _loss_fn(model, tokens, labels, first):
+    logits = jax.vmap(model.loop_logits)(tokens)[:, first:]  # (B, loops, C)
+    logp = jax.nn.log_softmax(logits, -1)
+    nll = -jnp.take_along_axis(logp, labels[:, None, None], -1)[..., 0]
+    return jnp.mean(nll)
+
+
+_SHORT_RUN = 400  # training steps below which the step compiles at XLA level 0
+
+
+@functools.lru_cache(maxsize=32)
+def _training_step(config, batch, first, lr, weight_decay, steps):
+    """(optimizer, compiled step) for one config and recipe, reused across calls."""
+    schedule = optax.warmup_cosine_decay_schedule(0.0, lr, max(1, steps // 20), steps, lr * 0.02)
+    optim = optax.chain(optax.clip_by_global_norm(1.0),
+                        optax.adamw(schedule, weight_decay=weight_decay))
+    dtype = jnp.dtype(config.dtype)
+    # a short run spends more time compiling its step than running it
+    jit = functools.partial(eqx.filter_jit, **RUN_ONCE) if steps < _SHORT_RUN else eqx.filter_jit
+
+    @jit
+    def train_step(model, opt_state, k_data, i):
+        data = recall_task(jr.fold_in(k_data, i), batch, config.n_pairs, config.dim,
+                           config.corrupt, n_classes=config.classes, dtype=dtype)
+        loss, grads = eqx.filter_value_and_grad(_loss_fn)(model, data.tokens, data.labels, first)
+        params = eqx.filter(model, eqx.is_inexact_array)
+        updates, opt_state = optim.update(grads, opt_state, params)
+        return eqx.apply_updates(model, updates), opt_state, loss
+
+    return optim, train_step
+
+
+def _numeric_mode(config):
+    """Train float32 models with x64 off and standard promotion whatever the caller's
+    global flags: the weights (and the cache) then do not depend on them, and optax (which
+    mixes int step counts with float constants) also runs under strict promotion."""
+    stack = contextlib.ExitStack()
+    if jnp.dtype(config.dtype).itemsize < 8:
+        stack.enter_context(jax.enable_x64(False))
+    elif not jax.config.jax_enable_x64:
+        raise ValueError(f"dtype={config.dtype} needs jax.config.update('jax_enable_x64', True)")
+    stack.enter_context(jax.numpy_dtype_promotion("standard"))
+    return stack
+
+
+def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_from, progress):
+    first = min(int(math.floor(loss_from * config.n_loops)), config.n_loops)
+    hyper = (batch, first, lr, weight_decay, steps)
+    try:
+        hash(config)
+        build = _training_step  # compiled once per (config, recipe), reused across calls
+    except TypeError:  # array-valued entropy parameters: no reuse
+        build = _training_step.__wrapped__
+    optim, train_step = build(config, *hyper)
+    opt_state = optim.init(eqx.filter(model, eqx.is_inexact_array))
+    losses = np.zeros(steps)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=steps, desc=f"train {config.entropy!r}", leave=True)
+    start = compiled = time.perf_counter()
+    for i in range(steps):
+        model, opt_state, loss = train_step(model, opt_state, k_data, jnp.asarray(i, jnp.int32))
+        losses[i] = float(loss)
+        if i == 0:
+            compiled = time.perf_counter()
+        if bar is not None:
+            bar.update(1)
+            if i % 25 == 0 or i == steps - 1:
+                bar.set_postfix(loss=f"{losses[i]:.3f}")
+    end = time.perf_counter()
+    if bar is not None:
+        bar.close()
+    return model, losses, end - start, 1e3 * (end - compiled) / max(1, steps - 1)
+
+
+def _load(config, weights_path, meta_path, progress):
+    """The cached `TrainedLooped`, or None when the cache holds no such model."""
+    if not (weights_path.exists() and meta_path.exists()):
+        return None
+    meta = json.loads(meta_path.read_text())
+    with _numeric_mode(config):
+        model = eqx.tree_deserialise_leaves(weights_path, _shell(config))
+    if progress:
+        print(f"train_looped: loaded {weights_path} (accuracy {meta['accuracy']:.3f})")
+    return TrainedLooped(model, meta["accuracy"], np.asarray(meta["loss_history"]),
+                         meta["seconds"], meta["step_ms"], True, str(weights_path))
+
+
+def _store(trained, weights_path, meta_path, blob):
+    """Write the weights and their metadata (each file atomically)."""
+    atomic_write(weights_path, lambda f: eqx.tree_serialise_leaves(f, trained.model))
+    meta = dict(json.loads(blob), accuracy=trained.accuracy, seconds=trained.seconds,
+                step_ms=trained.step_ms, loss_history=trained.loss_history.tolist())
+    atomic_write(meta_path, lambda f: f.write(json.dumps(meta).encode()))
+
+
+def train_looped(
+    config: LoopedConfig,
+    *,
+    seed: int = 0,
+    steps: int = 1200,
+    batch: int = 64,
+    lr: float = 3e-3,
+    weight_decay: float = 1e-4,
+    loss_from: float = 0.5,
+    eval_batch: int = 1024,
+    cache_dir: str | os.PathLike | None = None,
+    use_cache: bool = True,
+    progress: bool = True,
+) -> TrainedLooped:
+    """Train a `LoopedTransformer` on `recall_task` with optax, deterministically from `seed`.
+
+    AdamW with linear warmup and cosine decay, global-norm clipping at 1. Each step draws a
+    fresh batch from `fold_in(key, step)`; the loss is the cross entropy of the readout
+    averaged over loops `l >= loss_from * L` (the computation is trained to settle, not
+    just to pass through the answer). Weights are cached with `eqx.tree_serialise_leaves`
+    under `cache_dir` (default `default_cache_dir()`), keyed by a hash of the config and
+    of this recipe; a cached model is loaded instead of retrained.
+
+    **Arguments:**
+
+    - `config`: a `LoopedConfig`.
+    - `seed`: the only source of randomness (init, data, evaluation).
+    - `steps`, `batch`, `lr`, `weight_decay`: optimization.
+    - `loss_from`: fraction of the trained depth from which loops enter the loss.
+    - `eval_batch`: held-out problems for the reported accuracy.
+    - `cache_dir`, `use_cache`: weight cache location; `use_cache=False` neither reads
+      nor writes it.
+    - `progress`: show a tqdm progress bar and print the final accuracy.
+
+    **Returns:**
+
+    A `TrainedLooped` (`.model`, `.accuracy`, `.loss_history`, `.seconds`, ...).
+    """
+    if steps < 1:
+        raise ValueError("steps must be >= 1")
+    recipe = dict(seed=int(seed), steps=int(steps), batch=int(batch), lr=float(lr),
+                  weight_decay=float(weight_decay), loss_from=float(loss_from),
+                  eval_batch=int(eval_batch))
+    k_init, k_data, k_eval = jr.split(jr.PRNGKey(seed), 3)
+    if use_cache:
+        root = default_cache_dir() if cache_dir is None else cache_dir
+        weights_path, meta_path, blob = cache_paths(config.fingerprint(), config.entropy.name,
+                                                    recipe, root)
+        cached = _load(config, weights_path, meta_path, progress)
+        if cached is not None:
+            return cached
+    with _numeric_mode(config):
+        model = init_looped(config, k_init)
+        model, losses, seconds, step_ms = _optimize(
+            model, config, k_data, steps=int(steps), batch=int(batch), lr=float(lr),
+            weight_decay=float(weight_decay), loss_from=float(loss_from), progress=progress)
+        accuracy = evaluate_looped(model, k_eval, eval_batch)
+    if progress:
+        print(f"train_looped: {config.entropy!r} accuracy {accuracy:.3f} "
+              f"({seconds:.1f} s, {step_ms:.1f} ms/step after compilation)")
+    trained = TrainedLooped(model, accuracy, losses, seconds, step_ms, False,
+                            str(weights_path) if use_cache else None)
+    if use_cache:
+        _store(trained, weights_path, meta_path, blob)
+    return trained
