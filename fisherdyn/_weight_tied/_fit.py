@@ -394,8 +394,8 @@ def _energy_label(energy_model) -> str:
 
 
 def _predict_grid(predict_times, data: FitData):
-    """The validated `predict_times` as a float64 array (a one-point placeholder when
-    there are none, so the fit program keeps one signature)."""
+    """The validated `predict_times` as a float64 array; without them, the first path's
+    layer times stand in (the fit program always saves a second grid)."""
     if predict_times is None:
         return data.times[0]
     ptimes = np.asarray(predict_times, np.float64)
