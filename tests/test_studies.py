@@ -117,7 +117,7 @@ def test_unknown_study_is_refused():
 
 
 def test_weight_tied_quick_tables(quick_run):
-    """The weight-tied study (issue 5) writes the tables it promises: per model and head the
+    """The weight-tied study writes the tables it promises: per model and head the
     fit errors of every family and order, the confusion table over every path, the depth
     test's path gaps. (Runs inside `quick_run`; its time is printed by `studies/run_all.py`.)"""
     _, out = quick_run
