@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-# where each public name is defined, by module relative to this package
+# the subpackage that exports each public name
 _EXPORTS = {
     "_results": ("RESULTS", "result_name"),
     "_entropies": (
@@ -63,15 +63,13 @@ _EXPORTS = {
         "operator_table",
         "tangent_test",
     ),
-    "_weight_tied._fit": (
+    # the weight-tied experiment: its looped transformer needs optax, which nothing else uses
+    "_weight_tied": (
         "PathFit",
         "fisher_rao_distance",
         "fit_families",
         "fit_path",
         "geodesic_interpolation",
-    ),
-    # the looped transformer needs optax, which only this experiment uses
-    "_weight_tied._looped": (
         "LoopedConfig",
         "LoopedPaths",
         "LoopedTransformer",
@@ -153,14 +151,12 @@ if TYPE_CHECKING:  # what type checkers and the API documentation see
         stationary_info as stationary_info,
         stationary_jacobian as stationary_jacobian,
     )
-    from ._weight_tied._fit import (
+    from ._weight_tied import (
         PathFit as PathFit,
         fisher_rao_distance as fisher_rao_distance,
         fit_families as fit_families,
         fit_path as fit_path,
         geodesic_interpolation as geodesic_interpolation,
-    )
-    from ._weight_tied._looped import (
         LoopedConfig as LoopedConfig,
         LoopedPaths as LoopedPaths,
         LoopedTransformer as LoopedTransformer,
