@@ -81,6 +81,7 @@ def test_help_documents_every_option(capsys):
         "--solver",
         "--rtol",
         "--atol",
+        "--max-steps",
         "--n-save",
         "--out",
         "--json",

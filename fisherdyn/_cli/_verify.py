@@ -25,8 +25,9 @@ TOL = 1e-10
 
 
 class FamilyCheck(NamedTuple):
-    """`rows`: one dict per regime; `paths`: per regime the saved `ts`, `rho` and `energy`;
-    `rho_star`: the stationary weights; `free_energy`: $F(\\rho^*)$, the energy at rest."""
+    """One family's check: its `label`; `rows`, one dict per regime; `paths`, per regime the
+    saved `ts`, `rho` and `energy`; `rho_star`, the stationary weights; `free_energy`,
+    $F(\\rho^*)$, the energy at rest there."""
 
     label: str
     rows: list
