@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: run test figures bench clean
+.PHONY: run test figures bench docs clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,18 +13,28 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	@touch $(STAMP)
 
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	@touch $(DOCS_STAMP)
+
+# the verification run; its figures go to run/ (ignored by git)
 run: $(STAMP)
-	$(BIN)/fisherdyn run
+	$(BIN)/fisherdyn run --figures-dir run
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
+# every study, rewriting figures/<study>.png and .json
 figures: $(STAMP)
-	$(BIN)/fisherdyn figures
+	$(BIN)/python studies/run_all.py --out figures
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/operators.py
 	$(BIN)/python benchmarks/dynamics.py
+	$(BIN)/python benchmarks/import_time.py
+
+docs: $(DOCS_STAMP)
+	$(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache run site

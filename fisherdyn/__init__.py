@@ -1,82 +1,171 @@
-"""fisherdyn: entropy-generated attention operators and their Fisher-Lagrangian dynamics."""
+"""fisherdyn: entropy-generated attention operators and their Fisher-Lagrangian dynamics.
 
-from ._results import RESULTS as RESULTS, result_name as result_name
-from ._entropies import (
-    AbstractEntropy as AbstractEntropy,
-    AbstractSeparableEntropy as AbstractSeparableEntropy,
-    AbstractTsallisShapedEntropy as AbstractTsallisShapedEntropy,
-    Abe as Abe,
-    Burg as Burg,
-    Kaniadakis as Kaniadakis,
-    Renyi as Renyi,
-    Shannon as Shannon,
-    SharmaMittal as SharmaMittal,
-    Tsallis as Tsallis,
-    parse_entropy as parse_entropy,
-)
-from ._stationary import (
-    Branches as Branches,
-    StationaryInfo as StationaryInfo,
-    free_energy as free_energy,
-    stationary as stationary,
-    stationary_branches as stationary_branches,
-    stationary_info as stationary_info,
-    stationary_jacobian as stationary_jacobian,
-)
+Every public name below is imported from its subpackage on first use (PEP 562), so that
+`import fisherdyn` and the `fisherdyn` command start without loading JAX; the first use of a
+name costs the import of its subpackage (and of JAX), as an eager import would.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module as _import_module
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
-from ._dynamics import (
-    RelaxSolution as RelaxSolution,
-    Trajectory as Trajectory,
-    relax as relax,
-    simulate as simulate,
-)
-from ._dynamics import (
-    CRITICAL as CRITICAL,
-    OVERDAMPED as OVERDAMPED,
-    UNDERDAMPED as UNDERDAMPED,
-    RelaxationSpectrum as RelaxationSpectrum,
-    relaxation_spectrum as relaxation_spectrum,
-)
-from ._attention import (
-    attention as attention,
-    attention_weights as attention_weights,
-)
-from ._weight_tied import (
-    LoopedConfig as LoopedConfig,
-    LoopedPaths as LoopedPaths,
-    LoopedTransformer as LoopedTransformer,
-    RecallBatch as RecallBatch,
-    TrainedLooped as TrainedLooped,
-    default_cache_dir as default_cache_dir,
-    evaluate_looped as evaluate_looped,
-    extract_paths as extract_paths,
-    init_looped as init_looped,
-    recall_task as recall_task,
-    train_looped as train_looped,
-)
-from ._stationary import (
-    StationarySolution as StationarySolution,
-    solve_stationary as solve_stationary,
-)
-from ._analysis import (
-    TangentTest as TangentTest,
-    tangent_test as tangent_test,
-)
-from ._analysis import (
-    AbeExpansion as AbeExpansion,
-    abe_expansion as abe_expansion,
-    abe_series as abe_series,
-)
-from ._analysis import (
-    format_operator_table as format_operator_table,
-    measure_tail as measure_tail,
-    operator_table as operator_table,
-)
-from ._weight_tied import (
-    PathFit as PathFit,
-    fisher_rao_distance as fisher_rao_distance,
-    fit_families as fit_families,
-    fit_path as fit_path,
-    geodesic_interpolation as geodesic_interpolation,
-)
+
+# the subpackage that exports each public name
+_EXPORTS = {
+    "_results": ("RESULTS", "result_name"),
+    "_entropies": (
+        "AbstractEntropy",
+        "AbstractSeparableEntropy",
+        "AbstractTsallisShapedEntropy",
+        "Abe",
+        "Burg",
+        "Kaniadakis",
+        "Renyi",
+        "Shannon",
+        "SharmaMittal",
+        "Tsallis",
+        "parse_entropy",
+    ),
+    "_stationary": (
+        "Branches",
+        "StationaryInfo",
+        "StationarySolution",
+        "free_energy",
+        "solve_stationary",
+        "stationary",
+        "stationary_branches",
+        "stationary_info",
+        "stationary_jacobian",
+    ),
+    "_dynamics": (
+        "CRITICAL",
+        "OVERDAMPED",
+        "UNDERDAMPED",
+        "RelaxSolution",
+        "RelaxationSpectrum",
+        "Trajectory",
+        "relax",
+        "relaxation_spectrum",
+        "simulate",
+    ),
+    "_attention": ("attention", "attention_weights"),
+    "_analysis": (
+        "AbeExpansion",
+        "TangentTest",
+        "abe_expansion",
+        "abe_series",
+        "envelope_rate",
+        "fit_tail",
+        "format_operator_table",
+        "measure_tail",
+        "operator_table",
+        "tangent_test",
+    ),
+    # the weight-tied experiment: its looped transformer needs optax, which nothing else uses
+    "_weight_tied": (
+        "PathFit",
+        "fisher_rao_distance",
+        "fit_families",
+        "fit_path",
+        "geodesic_interpolation",
+        "LoopedConfig",
+        "LoopedPaths",
+        "LoopedTransformer",
+        "RecallBatch",
+        "TrainedLooped",
+        "default_cache_dir",
+        "evaluate_looped",
+        "extract_paths",
+        "init_looped",
+        "recall_task",
+        "train_looped",
+    ),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = list(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fisherdyn' has no attribute {name!r}")
+    value = getattr(_import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later look-ups find it without this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # what type checkers and the API documentation see
+    from ._analysis import (
+        AbeExpansion as AbeExpansion,
+        TangentTest as TangentTest,
+        abe_expansion as abe_expansion,
+        abe_series as abe_series,
+        envelope_rate as envelope_rate,
+        fit_tail as fit_tail,
+        format_operator_table as format_operator_table,
+        measure_tail as measure_tail,
+        operator_table as operator_table,
+        tangent_test as tangent_test,
+    )
+    from ._attention import attention as attention, attention_weights as attention_weights
+    from ._dynamics import (
+        CRITICAL as CRITICAL,
+        OVERDAMPED as OVERDAMPED,
+        UNDERDAMPED as UNDERDAMPED,
+        RelaxationSpectrum as RelaxationSpectrum,
+        RelaxSolution as RelaxSolution,
+        Trajectory as Trajectory,
+        relax as relax,
+        relaxation_spectrum as relaxation_spectrum,
+        simulate as simulate,
+    )
+    from ._entropies import (
+        Abe as Abe,
+        AbstractEntropy as AbstractEntropy,
+        AbstractSeparableEntropy as AbstractSeparableEntropy,
+        AbstractTsallisShapedEntropy as AbstractTsallisShapedEntropy,
+        Burg as Burg,
+        Kaniadakis as Kaniadakis,
+        Renyi as Renyi,
+        Shannon as Shannon,
+        SharmaMittal as SharmaMittal,
+        Tsallis as Tsallis,
+        parse_entropy as parse_entropy,
+    )
+    from ._results import RESULTS as RESULTS, result_name as result_name
+    from ._stationary import (
+        Branches as Branches,
+        StationaryInfo as StationaryInfo,
+        StationarySolution as StationarySolution,
+        free_energy as free_energy,
+        solve_stationary as solve_stationary,
+        stationary as stationary,
+        stationary_branches as stationary_branches,
+        stationary_info as stationary_info,
+        stationary_jacobian as stationary_jacobian,
+    )
+    from ._weight_tied import (
+        PathFit as PathFit,
+        fisher_rao_distance as fisher_rao_distance,
+        fit_families as fit_families,
+        fit_path as fit_path,
+        geodesic_interpolation as geodesic_interpolation,
+        LoopedConfig as LoopedConfig,
+        LoopedPaths as LoopedPaths,
+        LoopedTransformer as LoopedTransformer,
+        RecallBatch as RecallBatch,
+        TrainedLooped as TrainedLooped,
+        default_cache_dir as default_cache_dir,
+        evaluate_looped as evaluate_looped,
+        extract_paths as extract_paths,
+        init_looped as init_looped,
+        recall_task as recall_task,
+        train_looped as train_looped,
+    )

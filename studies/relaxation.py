@@ -19,17 +19,13 @@ from _common import color, label, setup, write_outputs
 NAME = "relaxation"
 
 
-def mode_rates(ts, x, x_star, modes, lo=1e-9, drop=1e-3):
-    """Decay rate of each mode amplitude a_k(t) = modes[:, k].(x(t) - x*): slope of the log of
-    its upper envelope where it has fallen by `drop` from its start and is still above `lo`."""
+def mode_rates(fd, ts, x, x_star, modes, lo=1e-9, drop=1e-3):
+    """Decay rate of each mode amplitude a_k(t) = modes[:, k].(x(t) - x*), by
+    `fd.envelope_rate` over the window where it has fallen by `drop` from its largest value
+    and is still above `lo`."""
     a = np.abs((x - x_star) @ modes)  # (K_t, modes)
-    rates = np.full(modes.shape[1], np.nan)
-    for k in range(modes.shape[1]):
-        env = np.maximum.accumulate(a[::-1, k])[::-1]
-        win = (env <= drop * env[0]) & (env >= lo)
-        if win.sum() >= 5:
-            rates[k] = -np.polyfit(ts[win], np.log(env[win]), 1)[0]
-    return rates
+    return np.array([fd.envelope_rate(ts, a[:, k], hi=drop * np.max(a[:, k]), lo=lo)
+                     for k in range(modes.shape[1])])
 
 
 def main(argv=None):
@@ -89,7 +85,7 @@ def main(argv=None):
             res["regimes"][reg] = dict(gamma=gammas[k], t1=t1[k], end_error=end,
                                        max_energy_rise=rise, predicted_slowest=slow[k])
         pred = np.asarray(sp[3].decay_rates)
-        meas = mode_rates(ts[3], np.sqrt(rho[3]), x_star, modes)
+        meas = mode_rates(fd, ts[3], np.sqrt(rho[3]), x_star, modes)
         ok = np.isfinite(meas)
         rel = np.abs(meas[ok] / pred[ok] - 1)
         ledger.check(f"{lab}: per-mode decay rate, max rel. dev. from -Re s_k", rel.max(), 0.0,

@@ -62,36 +62,13 @@ def theory(fd, e):
     raise ValueError(name)
 
 
-def fit_tail(gap, rho, far):
-    """Tail class of rho against the score gap (ascending). Exact zeros -> cutoff; else on
-    the far keys (`far`) compare an exponential fit (ln rho vs gap) with an algebraic one
-    (ln rho vs ln(gap + s), the shift s fitted) and keep the one with the smaller rms."""
-    import scipy.optimize
-
-    if np.any(rho == 0):
-        last = int(np.max(np.nonzero(rho > 0)[0]))
-        return dict(kind="cutoff", value=float(-gap[last]), first_zero=float(-gap[last + 1]),
-                    support=last + 1)
-    lr = np.log(rho[far])
-
-    def fit(x):
-        A = np.stack([np.ones_like(x), x], 1)
-        coef, *_ = np.linalg.lstsq(A, lr, rcond=None)
-        return coef, float(np.sqrt(np.mean((A @ coef - lr) ** 2)))
-
-    (_, slope), rms_exp = fit(gap[far])
-    rms_at = lambda log_s: fit(np.log(np.exp(log_s) + gap[far]))[1]  # noqa: E731
-    grid = np.log(np.geomspace(1e-6, 1e4 * gap[-1], 241))
-    k = int(np.argmin([rms_at(g) for g in grid]))
-    res = scipy.optimize.minimize_scalar(rms_at, bounds=(grid[max(k - 1, 0)],
-                                                          grid[min(k + 1, grid.size - 1)]),
-                                         method="bounded", options=dict(xatol=1e-10))
-    (_, expo), rms_alg = fit(np.log(np.exp(res.x) + gap[far]))
-    if rms_exp <= rms_alg:
-        return dict(kind="exponential", value=float(-slope), rms=rms_exp, rms_other=rms_alg)
-    kind = "inverse-linear" if abs(expo + 1) < 0.02 else "algebraic"
-    return dict(kind=kind, value=float(expo), rms=rms_alg, rms_other=rms_exp,
-                shift=float(np.exp(res.x)))
+# the fields of `fd.fit_tail` this study records, per tail class
+_TAIL_KEYS = dict(
+    cutoff=("kind", "value", "first_zero", "support"),
+    exponential=("kind", "value", "rms", "rms_other"),
+    algebraic=("kind", "value", "rms", "rms_other", "shift"),
+)
+_TAIL_KEYS["inverse-linear"] = _TAIL_KEYS["algebraic"]
 
 
 def main(argv=None):
@@ -147,7 +124,9 @@ def main(argv=None):
         support = int(np.sum(rho_test > 0))
         full = support == n_test
         # --- tail on the probe
-        tail = fit_tail(gap, rho_ramp, far)
+        fit = fd.fit_tail(z_ramp, rho_ramp, far, shift_origin=0.0,
+                          shift_range=(1e-6, 1e4 * gap[-1]))
+        tail = {k: fit[k] for k in _TAIL_KEYS[fit["kind"]]}
         tail_ok = tail["kind"] == tail_kind
         ledger.check(f"{lab}: tail class is {tail_kind} (1 = yes)", float(tail_ok), 1.0, tol=0,
                      fmt=".0f", explain=f"fitted {tail['kind']}")

@@ -66,7 +66,7 @@ def main(argv=None):
             C = ((1 - k) / (2 * k)) ** (1 / k)
             theory_rho = C * w ** (-1 / k)
             theory_sens = 2 * C ** (1 + k) / (T * (1 - k)) * w ** (-(1 + k) / k)
-            # MATH.md section 3 closed form of the diagonal: c_i - c_i^2/sum(c)
+            # docs/math.md §3 closed form of the diagonal: c_i - c_i^2/sum(c)
             cc = 2 * rho / (T * ((1 + k) * rho**k + (1 - k) * rho ** (-k)))
             ledger.check(f"{lab}: max rel|dJ_ii - (c_i - c_i^2/sum c)|",
                          np.max(np.abs(sens - (cc - cc**2 / cc.sum())) / (cc - cc**2 / cc.sum())),

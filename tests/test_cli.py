@@ -9,22 +9,31 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.special
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
 def fisherdyn(*args, cwd=None, timeout=600):
-    """`python -m fisherdyn ARGS` in a subprocess (end to end)."""
+    """`python -m fisherdyn ARGS` in a subprocess (end to end), importing this checkout's
+    package from any working directory."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     return subprocess.run(
         [sys.executable, "-m", "fisherdyn", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=cwd,
         timeout=timeout,
+        env=env,
     )
 
 
@@ -72,6 +81,7 @@ def test_help_documents_every_option(capsys):
         "--solver",
         "--rtol",
         "--atol",
+        "--max-steps",
         "--n-save",
         "--out",
         "--json",
@@ -91,6 +101,9 @@ def test_help_documents_every_option(capsys):
         (["simulate", "--entropy", "nosuch:1"], "--entropy"),
         (["simulate", "--entropy", "tsallis:1"], "--entropy"),
         (["simulate", "--scores", "1,x,2"], "--scores"),
+        (["simulate", "--scores", "1,,2"], "--scores"),
+        (["simulate", "--scores", "-1,2,"], "--scores"),
+        (["simulate", "--max-steps", "0"], "--max-steps"),
         (["simulate", "--scores-file", "/no/such/file.npy"], "--scores-file"),
         (["simulate", "--mass", "-2"], "--mass"),
         (["simulate", "--mass", "0", "--damping", "0"], "--damping"),
@@ -155,16 +168,119 @@ def test_simulate_json_and_figure(tmp_path, capsys):
 
 
 def test_run_one_family(tmp_path):
-    """`fisherdyn run` on one family: every regime's fixed point matches, figures written."""
-    out = fisherdyn("run", "--no-operator-table", "--family", "shannon", "--figures-dir", tmp_path)
+    """`fisherdyn run` on one family: every regime's fixed point matches, and the figures go
+    to `run/` under the working directory (ignored by git), which the command names."""
+    out = fisherdyn("run", "--no-operator-table", "--family", "shannon", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "under-damped" in out.stdout and "overdamped flow" in out.stdout
     assert "fixed points match" in out.stdout
     for name in ("relaxation_paths.png", "energy.png"):
-        assert (tmp_path / name).read_bytes()[:8] == PNG
+        assert f"wrote {Path('run') / name}" in out.stdout
+        assert (tmp_path / "run" / name).read_bytes()[:8] == PNG
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
 @pytest.mark.slow
 def test_run_all_families(tmp_path):
     out = fisherdyn("run", "--figures-dir", tmp_path, timeout=1800)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("content,message", [(None, "shape (2, 3)"), ("", "is empty"),
+                                             ("  \n", "is empty")])
+def test_bad_scores_file_is_one_line(tmp_path, capsys, content, message):
+    """A 2-D array or an empty file is a usage error (exit 2, one line, no numpy warning)."""
+    if content is None:
+        path = tmp_path / "z.npy"
+        np.save(path, np.ones((2, 3)))
+    else:
+        path = tmp_path / "z.csv"
+        path.write_text(content)
+    out = fisherdyn_inprocess(capsys, "simulate", "--scores-file", path)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--scores-file" in lines[0] and message in lines[0], out.stderr
+
+
+def test_solver_failure_and_boundary_are_reported_as_words(capsys):
+    """A run out of steps is one line and exit 1 (no traceback); a run that stops at the
+    simplex boundary is a result, printed by its name."""
+    out = fisherdyn_inprocess(capsys, "simulate", "--max-steps", "3", "--t1", "50")
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "max_steps_reached" in lines[0], out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+    out = fisherdyn_inprocess(
+        capsys, "simulate", "--entropy", "tsallis:2", "--coords", "simplex", "--t1", "50"
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].endswith(": boundary_reached"), out.stdout
+    out = fisherdyn_inprocess(capsys, "simulate", "--t1", "1")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].endswith(": successful"), out.stdout
+
+
+def test_version():
+    out = fisherdyn("--version")
+    assert out.returncode == 0
+    assert out.stdout.strip() == f"fisherdyn {importlib.metadata.version('fisherdyn')}"
+
+
+_NO_JAX = (
+    "import runpy, sys\n"
+    "sys.argv = ['fisherdyn', *sys.argv[1:]]\n"
+    "try:\n"
+    "    runpy.run_module('fisherdyn', run_name='__main__')\n"
+    "except SystemExit as e:\n"
+    "    code = e.code\n"
+    "assert 'jax' not in sys.modules, 'imported jax'\n"
+    "sys.exit(code)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "args,code",
+    [(["--help"], 0), (["--version"], 0), (["run", "--help"], 0), (["simulate", "--help"], 0),
+     (["simulate", "--T", "-1"], 2), (["simulate", "--mass", "0", "--damping", "0"], 2),
+     (["nosuchcommand"], 2)],
+)
+def test_help_and_usage_errors_do_not_import_jax(args, code):
+    """The parser answers before JAX is imported (so at once)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    out = subprocess.run([sys.executable, "-c", _NO_JAX, *args], capture_output=True,
+                         text=True, env=env)
+    assert out.returncode == code, out.stderr
+
+
+def test_import_loads_neither_jax_nor_optax():
+    """`import fisherdyn` defers its subpackages; the core names do not load optax."""
+    code = (
+        "import sys, fisherdyn as fd\n"
+        "assert 'jax' not in sys.modules\n"
+        "fd.stationary, fd.simulate, fd.attention, fd.tangent_test, fd.operator_table\n"
+        "assert 'optax' not in sys.modules\n"
+        "assert set(fd.__all__) <= set(dir(fd))\n"
+        "assert all(getattr(fd, name) is not None for name in fd.__all__)\n"
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+
+
+def test_lazy_exports_match_the_static_imports():
+    """The names `fisherdyn.__getattr__` serves are those its `TYPE_CHECKING` block imports
+    (what type checkers and the API docs see), from the same subpackages."""
+    import ast
+
+    import fisherdyn
+
+    tree = ast.parse((ROOT / "fisherdyn" / "__init__.py").read_text())
+    (block,) = [
+        n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+    ]
+    static = {a.asname: node.module for node in block.body for a in node.names}
+    assert static == {name: module for module, names in fisherdyn._EXPORTS.items()
+                      for name in names}
+    assert sorted(static) == sorted(fisherdyn.__all__)

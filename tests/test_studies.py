@@ -1,8 +1,8 @@
-"""The study scripts (`studies/*.py`) and `fisherdyn figures`.
+"""The study scripts (`studies/*.py`) and `studies/run_all.py`.
 
-- Every study runs in `--quick` mode, through `fisherdyn figures --quick --out DIR` (the same
+- Every study runs in `--quick` mode, through `studies/run_all.py --quick --out DIR` (the same
   code path as `make figures`), and writes a PNG and a JSON. Each study compares its
-  measurements with theory (closed forms of MATH.md, scipy reference solves, finite
+  measurements with theory (closed forms of docs/math.md, scipy reference solves, finite
   differences, the predicted relaxation spectrum; the reference is named beside each value
   in the JSON's `comparisons`): in quick mode every check must agree (no `disagreements`).
 - The committed `figures/<study>.json` are full-mode outputs, and every number the README
@@ -12,38 +12,39 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# the paper's argument, in order (`fisherdyn figures --help` lists the same names)
+# the paper's argument, in order (`studies/run_all.py --help` lists the same names)
 STUDIES = ("stationary_laws", "tails", "tangent_test", "abe_even_order", "renyi_temperature",
            "relaxation", "entropy_invariance", "weight_tied")
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def cli_main(argv):
-    """The installed `fisherdyn` console script (pyproject [project.scripts]), in-process."""
-    (ep,) = importlib.metadata.entry_points(group="console_scripts", name="fisherdyn")
-    return ep.load()(argv)
+def run_all(*args):
+    """`python studies/run_all.py ARGS` with this interpreter, in a subprocess."""
+    return subprocess.run([sys.executable, str(ROOT / "studies" / "run_all.py"), *map(str, args)],
+                          capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    """All eight studies in quick mode, via the `fisherdyn figures` command (in-process
-    parser, studies as subprocesses, two at a time)."""
+    """All eight studies in quick mode, via `studies/run_all.py` (studies as subprocesses,
+    two at a time)."""
     out = tmp_path_factory.mktemp("figures")
-    status = cli_main(["figures", "--quick", "--out", str(out), "--jobs", "2"])
-    return status, out
+    proc = run_all("--quick", "--out", out, "--jobs", "2")
+    return proc, out
 
 
-def test_figures_command_succeeds(quick_run):
-    status, out = quick_run
-    assert status == 0
+def test_run_all_succeeds(quick_run):
+    proc, out = quick_run
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     images = [img for n in STUDIES
               for img in json.loads((out / f"{n}.json").read_text())["images"]]
     assert sorted(p.name for p in out.glob("*.png")) == sorted(images)
@@ -93,35 +94,32 @@ def test_committed_figure_matches_gallery(name):
             assert quoted in text, f"{where} does not quote {name}.{key}: {quoted!r}"
 
 
-def test_gallery_is_generated_from_the_json(capsys):
-    """`fisherdyn figures --gallery` reproduces the committed gallery section."""
-    assert cli_main(["figures", "--gallery", "--out", str(ROOT / "figures")]) == 0
-    generated = capsys.readouterr().out
-    assert generated.strip() in (ROOT / "notes" / "gallery.md").read_text()
+def test_gallery_is_generated_from_the_json():
+    """`studies/run_all.py --gallery` reproduces the committed gallery section."""
+    proc = run_all("--gallery", "--out", ROOT / "figures")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() in (ROOT / "notes" / "gallery.md").read_text()
 
 
-def test_help_lists_every_study(capsys):
-    with pytest.raises(SystemExit) as e:
-        cli_main(["figures", "--help"])
-    assert e.value.code == 0
-    out = capsys.readouterr().out
+def test_help_lists_every_study():
+    proc = run_all("--help")
+    assert proc.returncode == 0
     for option in ("--quick", "--only", "--out", "--jobs", "--gallery"):
-        assert option in out
+        assert option in proc.stdout
     for name in STUDIES:
-        assert name in out
+        assert name in proc.stdout
 
 
-def test_unknown_study_is_refused(capsys):
-    with pytest.raises(SystemExit) as e:
-        cli_main(["figures", "--only", "nonexistent"])
-    assert e.value.code == 2
-    assert "--only" in capsys.readouterr().err
+def test_unknown_study_is_refused():
+    proc = run_all("--only", "nonexistent")
+    assert proc.returncode == 2
+    assert "--only" in proc.stderr
 
 
 def test_weight_tied_quick_tables(quick_run):
-    """The weight-tied study (issue 5) writes the tables it promises: per model and head the
+    """The weight-tied study writes the tables it promises: per model and head the
     fit errors of every family and order, the confusion table over every path, the depth
-    test's path gaps. (Runs inside `quick_run`; its time is printed by `fisherdyn figures`.)"""
+    test's path gaps. (Runs inside `quick_run`; its time is printed by `studies/run_all.py`.)"""
     _, out = quick_run
     data = json.loads((out / "weight_tied.json").read_text())["data"]
     H, P = data["settings"]["heads"], data["settings"]["problems"]

@@ -1,6 +1,6 @@
 """The operator table is measured: its tail column must recover the analytic tail laws.
 
-References: MATH.md §2 tail laws (softmax rate 1/T; Kaniadakis exponent -1/kappa; Abe
+References: docs/math.md §2 tail laws (softmax rate 1/T; Kaniadakis exponent -1/kappa; Abe
 exponent -q/(q-1); Burg exponent -1; Tsallis q > 1 exact zeros past the threshold) and the
 independent solver `solve_stationary` for the agreement column.
 """

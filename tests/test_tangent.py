@@ -1,4 +1,4 @@
-"""`tangent_test` (MATH.md §5).
+"""`tangent_test` (docs/math.md §5).
 
 References: the closed forms a* = 1/M_q (Renyi) and a* = M_q^((q-r)/(1-q)) (Sharma-Mittal),
 and an independent formulation (explicit projector, least squares, gradients by autodiff of
@@ -55,8 +55,8 @@ def test_sharma_mittal_vs_tsallis(q, r):
 def test_distinct_shapes_have_positive_residual(name, q):
     entropy = {"kaniadakis": fd.Kaniadakis(0.3), "abe": fd.Abe(1.5), "burg": fd.Burg()}[name]
     a_star, R = fd.tangent_test(entropy, fd.Tsallis(q), RHO)
-    # threshold R > 1e-3: over 200 Dirichlet(1) points with N = 6 the smallest R seen for
-    # these pairs was 1.7e-2 (R -> 0 only on a measure-zero set)
+    # threshold R > 1e-3: over 200 Dirichlet(1) points with N = 6 the smallest R of these
+    # pairs is 1.7e-2 (R -> 0 only on a measure-zero set)
     assert float(jnp.min(R)) > 1e-3
     # reference: explicit projector + least squares + autodiff gradients; tolerance 1e-10
     for k in range(3):

@@ -6,6 +6,7 @@ from ._abe_expansion import (
 )
 from ._operator_table import (
     format_operator_table as format_operator_table,
-    measure_tail as measure_tail,
     operator_table as operator_table,
 )
+from ._rates import envelope_rate as envelope_rate
+from ._tails import fit_tail as fit_tail, measure_tail as measure_tail

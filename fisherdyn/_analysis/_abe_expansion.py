@@ -1,11 +1,13 @@
 """The Abe stationary map as a perturbation of softmax, through fourth order in eps = ln q
-(MATH.md section 4)."""
+(docs/math.md §4)."""
 
 from __future__ import annotations
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+
+from .._custom_types import Array, ArrayLike, Float, Mask, Scores, Temperature
 
 __all__ = ["abe_expansion", "abe_series", "AbeExpansion"]
 
@@ -33,14 +35,14 @@ class AbeExpansion(eqx.Module):
     multipliers.
     """
 
-    p: jax.Array
-    c2: jax.Array
-    c4: jax.Array
-    lam0: jax.Array
-    lam2: jax.Array
-    lam4: jax.Array
+    p: Float[Array, "*batch N"]
+    c2: Float[Array, "*batch N"]
+    c4: Float[Array, "*batch N"]
+    lam0: Float[Array, "*batch"]
+    lam2: Float[Array, "*batch"]
+    lam4: Float[Array, "*batch"]
 
-    def rho(self, eps, order: int = 4):
+    def rho(self, eps: Float[ArrayLike, "*#batch"], order: int = 4) -> Float[Array, "*batch N"]:
         """The truncated map $p(1 + \\epsilon^2 c_2 [+ \\epsilon^4 c_4])$ (not clipped)."""
         if order not in (2, 4):
             raise ValueError(f"order must be 2 or 4, got {order}")
@@ -50,7 +52,7 @@ class AbeExpansion(eqx.Module):
             corr = corr + eps**4 * self.c4
         return self.p * (1 + corr)
 
-    def lam(self, eps, order: int = 4):
+    def lam(self, eps: Float[ArrayLike, "*#batch"], order: int = 4) -> Float[Array, "*batch"]:
         """The truncated multiplier (order 2 or 4, see the class docstring)."""
         if order not in (2, 4):
             raise ValueError(f"order must be 2 or 4, got {order}")
@@ -59,8 +61,10 @@ class AbeExpansion(eqx.Module):
         return out + eps**4 * self.lam4 if order == 4 else out
 
 
-def abe_expansion(scores, T=1.0, *, mask=None) -> AbeExpansion:
-    """Expand the Abe stationary map about softmax through $O(\\epsilon^4)$ (MATH.md §4).
+def abe_expansion(
+    scores: Scores, T: Temperature = 1.0, *, mask: Mask | None = None
+) -> AbeExpansion:
+    """Expand the Abe stationary map about softmax through $O(\\epsilon^4)$ (docs/math.md §4).
 
     With $q = e^\\epsilon$, $G = (1 + \\ell) + \\epsilon^2 g_2(\\ell) + \\epsilon^4 g_4(\\ell)$,
     $\\ell = \\ln x$, $p = \\mathrm{softmax}(z/T)$, $\\langle f\\rangle = \\sum p_i f_i$:
@@ -70,6 +74,7 @@ def abe_expansion(scores, T=1.0, *, mask=None) -> AbeExpansion:
     Batched over leading axes (last axis = keys); jit/vmap/grad compatible.
 
     **Arguments:**
+
     - `scores`: $z$, shape (..., N).
     - `T`: temperature > 0 (scalar or broadcastable to the batch shape).
     - `mask`: optional boolean, True = keep (masked keys get p = c2 = c4 = 0).
@@ -101,10 +106,17 @@ def abe_expansion(scores, T=1.0, *, mask=None) -> AbeExpansion:
     return AbeExpansion(p, c2, c4, lam0, T * mean(g2), T * Lam4)
 
 
-def abe_series(scores, T=1.0, eps=0.0, order: int = 2, *, mask=None):
+def abe_series(
+    scores: Scores,
+    T: Temperature = 1.0,
+    eps: Float[ArrayLike, "*#batch"] = 0.0,
+    order: int = 2,
+    *,
+    mask: Mask | None = None,
+) -> Float[Array, "*batch N"]:
     """The truncated Abe map $p(1 + \\epsilon^2 c_2 [+ \\epsilon^4 c_4])$, $q = e^\\epsilon$.
 
     Not clipped: for broad scores the truncation can go negative, the exact map never does
-    (MATH.md §4). `order` is 2 or 4. Batched over leading axes; jit/vmap/grad compatible.
+    (docs/math.md §4). `order` is 2 or 4. Batched over leading axes; jit/vmap/grad compatible.
     """
     return abe_expansion(scores, T, mask=mask).rho(eps, order)

@@ -1,14 +1,15 @@
 """Tangent-gradient test: do two entropies share the inverse-gradient shape at rho?
-(MATH.md section 5)."""
+(docs/math.md §5)."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 
+from .._custom_types import Array, ArrayLike, Float
 from .._entropies import AbstractEntropy
+from .._misc import check_entropy
 
 __all__ = ["tangent_test", "TangentTest"]
 
@@ -17,12 +18,14 @@ class TangentTest(NamedTuple):
     """`a_star`: the best scale $a^*$ with $\\Pi\\nabla S_a \\approx a^*\\,\\Pi\\nabla S_b$;
     `R`: the relative residual $\\|u - a^* v\\| / \\|u\\|$ (0 = same shape at rho)."""
 
-    a_star: jax.Array
-    R: jax.Array
+    a_star: Float[Array, "*batch"]
+    R: Float[Array, "*batch"]
 
 
-def tangent_test(entropy_a: AbstractEntropy, entropy_b: AbstractEntropy, rho) -> TangentTest:
-    """Compare the tangential gradients of two entropies at $\\rho$ (MATH.md §5).
+def tangent_test(
+    entropy_a: AbstractEntropy, entropy_b: AbstractEntropy, rho: Float[ArrayLike, "*batch N"]
+) -> TangentTest:
+    """Compare the tangential gradients of two entropies at $\\rho$ (docs/math.md §5).
 
     With $\\Pi = I - \\mathbf{1}\\mathbf{1}^T/N$, $u = \\Pi\\nabla S_a(\\rho)$,
     $v = \\Pi\\nabla S_b(\\rho)$: $a^* = u\\cdot v / v\\cdot v$ and
@@ -31,6 +34,7 @@ def tangent_test(entropy_a: AbstractEntropy, entropy_b: AbstractEntropy, rho) ->
     the leading axes of `rho` (last axis = the simplex); jit/vmap/grad compatible.
 
     **Arguments:**
+
     - `entropy_a`, `entropy_b`: entropy families.
     - `rho`: points of the simplex, shape (..., N) with N >= 3 (N = 2 is degenerate: the
       tangent space is one-dimensional, so any two gradients are parallel and R = 0).
@@ -38,9 +42,8 @@ def tangent_test(entropy_a: AbstractEntropy, entropy_b: AbstractEntropy, rho) ->
     **Returns:** `TangentTest(a_star, R)`, each of shape `rho.shape[:-1]`. Conventions at
     degenerate points: `R = 0` where $u = 0$; `a_star = nan` (and `R = 1`) where $v = 0$.
     """
-    for e in (entropy_a, entropy_b):
-        if not isinstance(e, AbstractEntropy):
-            raise TypeError(f"expected a fisherdyn entropy, got {e!r}")
+    check_entropy(entropy_a)
+    check_entropy(entropy_b)
     rho = jnp.asarray(rho)
     if rho.ndim == 0 or rho.shape[-1] < 3:
         n = rho.shape[-1] if rho.ndim else 0

@@ -1,14 +1,19 @@
-"""`fisherdyn figures`: run every study script in `studies/` and regenerate `figures/`.
+"""Run every study and regenerate `figures/` (what `make figures` does).
 
 Each study is a stand-alone script (`studies/<name>.py [--quick] [--out DIR]`) that calls
-only the public API and writes `<out>/<name>.png` and `<out>/<name>.json`. This module
-runs them as subprocesses (`sys.executable`, so the same environment), a few at a time,
-with a tqdm progress bar, prints each study's measured-vs-predicted summary as it
-finishes, and ends with one line per study (time, checks, disagreements with theory).
+only the public API and writes `<out>/<name>.png` and `<out>/<name>.json`. This script runs
+them as subprocesses of the same interpreter, a few at a time, prints each study's
+measured-vs-predicted summary as it finishes, and ends with one line per study (time,
+checks, disagreements with theory). `--gallery` prints the gallery section of the
+documentation from the JSON files instead.
+
+    python studies/run_all.py [--quick] [--only NAME ...] [--out figures] [--jobs 2]
+    python studies/run_all.py --gallery [--out figures]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -17,9 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from ._main import register_command
-
-__all__ = ["STUDIES", "run_all", "studies_dir", "gallery_markdown"]
+HERE = Path(__file__).resolve().parent
 
 # in the order of the paper's argument
 STUDIES = (
@@ -33,28 +36,16 @@ STUDIES = (
     "weight_tied",
 )
 
-
 # the longest first, so that `jobs` workers finish together
 _LONGEST_FIRST = ("weight_tied", "stationary_laws", "relaxation", "entropy_invariance",
                   "renyi_temperature", "tangent_test", "abe_even_order", "tails")
 
 
-def studies_dir() -> Path:
-    """The `studies/` folder of the source checkout (next to the `fisherdyn` package)."""
-    path = Path(__file__).resolve().parent.parent / "studies"
-    if not path.is_dir():
-        raise FileNotFoundError(
-            f"no studies/ folder at {path}: `fisherdyn figures` runs from a source checkout "
-            "(pip install -e .)"
-        )
-    return path
-
-
 def _run_one(name, quick, out: Path):
-    script = studies_dir() / f"{name}.py"
+    script = HERE / f"{name}.py"
     cmd = [sys.executable, str(script), "--out", str(out)] + (["--quick"] if quick else [])
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=script.parent.parent)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent)
     seconds = time.perf_counter() - t0
     summary = dict(name=name, returncode=proc.returncode, seconds=seconds,
                    stdout=proc.stdout, stderr=proc.stderr, checks=None, disagreements=None)
@@ -66,29 +57,35 @@ def _run_one(name, quick, out: Path):
     return summary
 
 
+def _status(r):
+    if r["returncode"] != 0:
+        return f"FAILED (exit {r['returncode']})"
+    if r["disagreements"]:
+        return f"{r['disagreements']} of {r['checks']} checks DISAGREE with theory"
+    return f"all {r['checks']} checks agree with theory"
+
+
 def run_all(quick: bool = False, out="figures", only=None, jobs: int | None = None) -> dict:
     """Run the study scripts and write their figures and numbers to `out`.
 
     **Arguments:**
+
     - `quick`: pass `--quick` to every study (small grids: seconds each, as in the tests).
     - `out`: output folder (created), default `figures/` relative to the current directory.
-    - `only`: a study name or a list of names (default: all of `STUDIES`).
+    - `only`: a list of study names (default: all of `STUDIES`).
     - `jobs`: how many studies run at once (default: 2, or 1 on a single core).
 
     **Returns:** `{name: {"returncode", "seconds", "checks", "disagreements", ...}}`.
     """
     from tqdm import tqdm
 
-    names = list(STUDIES) if only is None else ([only] if isinstance(only, str) else list(only))
-    unknown = [n for n in names if n not in STUDIES]
-    if unknown:
-        raise ValueError(f"unknown study {unknown[0]!r}; choose from {', '.join(STUDIES)}")
+    names = list(STUDIES) if only is None else list(only)
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     jobs = jobs or max(1, min(2, os.cpu_count() or 1))
     results = {}
     t0 = time.perf_counter()
-    with tqdm(total=len(names), desc="fisherdyn figures", unit="study") as bar, \
+    with tqdm(total=len(names), desc="studies", unit="study") as bar, \
             ThreadPoolExecutor(max_workers=jobs) as pool:
         ordered = sorted(names, key=_LONGEST_FIRST.index)
         futures = {pool.submit(_run_one, n, quick, out): n for n in ordered}
@@ -104,27 +101,20 @@ def run_all(quick: bool = False, out="figures", only=None, jobs: int | None = No
     total = time.perf_counter() - t0
     print(f"\n{'study':<20} {'time':>7}  result")
     for n in names:
-        r = results[n]
-        if r["returncode"] != 0:
-            status = f"FAILED (exit {r['returncode']})"
-        elif r["disagreements"]:
-            status = f"{r['disagreements']} of {r['checks']} checks DISAGREE with theory"
-        else:
-            status = f"all {r['checks']} checks agree with theory"
-        print(f"{n:<20} {r['seconds']:>6.0f}s  {status}")
+        print(f"{n:<20} {results[n]['seconds']:>6.0f}s  {_status(results[n])}")
     print(f"{'total':<20} {total:>6.0f}s  ({'quick' if quick else 'full'} mode, {jobs} at a "
           f"time) -> {out}")
     return results
 
 
 def gallery_markdown(out="figures", image_prefix="figures/") -> str:
-    """The README gallery section, from the studies' JSON files in `out`: per figure its
-    image, the one-sentence caption and the headline numbers (verbatim from the JSON)."""
+    """The gallery section, from the studies' JSON files in `out`: per figure its image, the
+    one-sentence caption and the headline numbers (verbatim from the JSON)."""
     out = Path(out)
     lines = ["## Gallery", "",
-             "Every figure is regenerated by `fisherdyn figures` (or `make figures`) from the "
-             "study scripts in `studies/`; the numbers below are copied from the JSON written "
-             "beside each figure.", ""]
+             "Every figure is regenerated by `make figures` (`python studies/run_all.py`) from "
+             "the study scripts in `studies/`; the numbers below are copied from the JSON "
+             "written beside each figure.", ""]
     for name in STUDIES:
         path = out / f"{name}.json"
         if not path.is_file():
@@ -138,7 +128,8 @@ def gallery_markdown(out="figures", image_prefix="figures/") -> str:
     return "\n".join(lines)
 
 
-def _configure(p):
+def _parser():
+    p = argparse.ArgumentParser(prog="studies/run_all.py", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true",
                    help="small grids (seconds per study), as run by the test suite")
     p.add_argument("--only", action="append", choices=STUDIES, metavar="NAME",
@@ -148,20 +139,22 @@ def _configure(p):
     p.add_argument("--jobs", type=int, default=None,
                    help="studies run at once (default 2, or 1 on a single core)")
     p.add_argument("--gallery", action="store_true",
-                   help="print the README gallery (markdown) from the JSON files in --out "
-                   "instead of running the studies")
+                   help="print the gallery (markdown) from the JSON files in --out instead of "
+                   "running the studies")
+    return p
 
 
-@register_command(
-    "figures",
-    help="regenerate every figure of the paper's argument from the study scripts",
-    configure=_configure,
-)
-def _figures_cmd(args) -> int:
+def main(argv=None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
     if args.gallery:
         print(gallery_markdown(args.out))
         return 0
     if args.jobs is not None and args.jobs < 1:
-        args._parser.error(f"argument --jobs: must be >= 1, got {args.jobs}")
+        parser.error(f"argument --jobs: must be >= 1, got {args.jobs}")
     results = run_all(quick=args.quick, out=args.out, only=args.only, jobs=args.jobs)
     return 0 if all(r["returncode"] == 0 for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
