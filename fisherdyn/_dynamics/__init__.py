@@ -1,15 +1,22 @@
-from ._system import (
+"""The damped Fisher-Lagrangian dynamics: charts, integration, fixed points, linear response.
+
+- `_system.py`: the problem (`FisherSystem`), forces, free energy, tangent stiffness.
+- `_coordinates.py`: the charts (`AbstractCoordinates`, `SphereCoordinates`,
+  `SimplexCoordinates`).
+- `_problem.py`: input conversion and checks, default tolerances and solvers.
+- `_batching.py`: batches in one compiled call (blocks, `jax.sharding`).
+- `_integrate.py`: `simulate` and `Trajectory`.
+- `_relax.py`: `relax`, its Newton polish, and `RelaxSolution`.
+- `_spectrum.py`: `relaxation_spectrum` and `RelaxationSpectrum`.
+"""
+
+from ._coordinates import (
     AbstractCoordinates as AbstractCoordinates,
-    FisherSystem as FisherSystem,
     SimplexCoordinates as SimplexCoordinates,
     SphereCoordinates as SphereCoordinates,
 )
-from ._integrate import (
-    RelaxSolution as RelaxSolution,
-    Trajectory as Trajectory,
-    relax as relax,
-    simulate as simulate,
-)
+from ._integrate import Trajectory as Trajectory, simulate as simulate
+from ._relax import RelaxSolution as RelaxSolution, relax as relax
 from ._spectrum import (
     CRITICAL as CRITICAL,
     OVERDAMPED as OVERDAMPED,
@@ -17,3 +24,4 @@ from ._spectrum import (
     RelaxationSpectrum as RelaxationSpectrum,
     relaxation_spectrum as relaxation_spectrum,
 )
+from ._system import FisherSystem as FisherSystem

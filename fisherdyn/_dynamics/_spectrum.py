@@ -1,7 +1,7 @@
-"""Linear response of the damped dynamics about a fixed point (MATH.md §6).
+"""Linear response of the damped dynamics about a fixed point (docs/math.md §6).
 
 Each tangent mode of the sphere equation obeys $m s^2 + \\gamma s + \\omega_k^2 = 0$, with
-$\\omega_k^2$ the eigenvalues of the tangent stiffness $K$ (`_dynamics.stiffness_matrix`):
+$\\omega_k^2$ the eigenvalues of the tangent stiffness $K$ (`_system.stiffness_matrix`):
 $P\\,T\\mathrm{diag}(\\rho^*G'(\\rho^*))P$ on a full support, plus the decoupled boundary modes
 $(g_i(0) - \\lambda^*)/2$ of the components a sparse (Tsallis / Renyi, q > 1) fixed point
 leaves at 0.
@@ -13,10 +13,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array
+from jaxtyping import Complex
 
-from ._system import stiffness_matrix, tangent_basis
+from .._custom_types import Array, ArrayLike, Bool, Float, Int, RealScalarLike, Scores
 from .._entropies import AbstractEntropy
+from .._misc import check_entropy
+from ._problem import arrayify_entropy
+from ._system import stiffness_matrix, tangent_basis
 
 __all__ = ["relaxation_spectrum", "RelaxationSpectrum", "UNDERDAMPED", "CRITICAL", "OVERDAMPED"]
 
@@ -39,31 +42,32 @@ class RelaxationSpectrum(eqx.Module):
     - `rho`, `lam`: the fixed point and its multiplier.
     """
 
-    omega2: Array
-    rates: Array
-    regime: Array
-    boundary: Array
-    modes: Array
-    rho: Array
-    lam: Array
+    omega2: Float[Array, "*batch N-1"]
+    rates: Complex[Array, "*batch N-1 2"]
+    regime: Int[Array, "*batch N-1"]
+    boundary: Bool[Array, "*batch N-1"]
+    modes: Float[Array, "*batch N N-1"]
+    rho: Float[Array, "*batch N"]
+    lam: Float[Array, "*batch"]
 
     @property
-    def decay_rates(self):
+    def decay_rates(self) -> Float[Array, "*batch N-1"]:
         """$-\\mathrm{Re}\\,s_k$ of the slower root: the asymptotic decay of each mode."""
         return -jnp.real(self.rates[..., 0])
 
     @property
-    def slowest_rate(self):
+    def slowest_rate(self) -> Float[Array, "*batch"]:
         """The asymptotic relaxation rate of the whole state: $\\min_k -\\mathrm{Re}\\,s_k$."""
         return jnp.min(self.decay_rates, -1)
 
     @property
-    def frequencies(self):
+    def frequencies(self) -> Float[Array, "*batch N-1"]:
         """$|\\mathrm{Im}\\,s_k|$: the damped oscillation frequency of each mode."""
         return jnp.abs(jnp.imag(self.rates[..., 0]))
 
     @property
-    def regime_names(self):
+    def regime_names(self) -> list[str]:
+        """`regime` as words ("under-damped", "critical", "over-damped"), flattened."""
         return [_REGIME_NAMES[int(r)] for r in np.asarray(self.regime).ravel()]
 
 
@@ -100,15 +104,15 @@ def _single(entropy, rho, z, T, mass, damping, critical_rtol):
 
 def relaxation_spectrum(
     entropy: AbstractEntropy,
-    scores,
-    T=1.0,
+    scores: Scores,
+    T: RealScalarLike = 1.0,
     *,
-    mass,
-    damping,
-    rho=None,
-    critical_rtol=1e-6,
+    mass: RealScalarLike,
+    damping: RealScalarLike,
+    rho: Float[ArrayLike, "*#batch N"] | None = None,
+    critical_rtol: RealScalarLike = 1e-6,
 ) -> RelaxationSpectrum:
-    """Stiffnesses and complex rates of the tangent modes about a fixed point (MATH.md §6).
+    """Stiffnesses and complex rates of the tangent modes about a fixed point (docs/math.md §6).
 
     Linearizes the sphere equation $4m\\ddot x = 2x(\\lambda - g) - 4\\gamma\\dot x$ at
     $x^* = \\sqrt{\\rho^*}$: $m\\ddot\\delta + \\gamma\\dot\\delta + K\\delta = 0$ on the tangent
@@ -117,16 +121,18 @@ def relaxation_spectrum(
     leaves at 0 contribute boundary modes $\\omega^2 = (E_i - \\lambda^*)/2$.
 
     **Arguments:**
+
     - `entropy`, `scores` (N,), `T`: the problem; `mass` $\\ge 0$ and `damping` $\\ge 0$
       (> 0 when m = 0).
     - `rho`: the fixed point; default `fisherdyn.stationary(entropy, scores, T)` (for Renyi /
       Sharma-Mittal that is the least-free-energy branch: pass another branch explicitly).
     - `critical_rtol`: relative band of $|\\gamma^2 - 4m\\omega^2|$ called critical.
 
-    **Returns:** a `RelaxationSpectrum`. Scores with leading batch axes are mapped over.
+    **Returns:**
+
+    A `RelaxationSpectrum`. Scores with leading batch axes are mapped over.
     """
-    if not isinstance(entropy, AbstractEntropy):
-        raise TypeError(f"expected a fisherdyn entropy (e.g. Shannon()), got {entropy!r}")
+    check_entropy(entropy)
     z = jnp.asarray(scores)
     z = z if jnp.issubdtype(z.dtype, jnp.floating) else z.astype(jnp.result_type(float))
     if z.ndim == 0 or z.shape[-1] < 2:
@@ -141,10 +147,7 @@ def relaxation_spectrum(
     if T.ndim or mass.ndim or damping.ndim:
         raise ValueError("relaxation_spectrum takes scalar T, mass and damping")
     batch = jnp.broadcast_shapes(z.shape, rho.shape)
-    # Python-number parameters become arrays: traced, so new values do not recompile
-    entropy = jax.tree_util.tree_map(
-        lambda v: jnp.asarray(v, dtype) if isinstance(v, (int, float)) else v, entropy
-    )
+    entropy = arrayify_entropy(entropy, dtype)
     return _batched(
         entropy,
         jnp.broadcast_to(rho, batch),

@@ -1,0 +1,156 @@
+"""Solving a batch of problems in one compiled call.
+
+Leading axes of the scores (and of any per-problem argument) are batch axes. They are
+broadcast, flattened to one axis and vmapped in blocks (`lax.map` with `batch_size`), so that
+each block's state stays in cache and each block stops at its own slowest member instead of
+the whole batch's. A batch sharded over devices (`jax.sharding`) is vmapped whole instead:
+XLA partitions the vmapped loop, each device solving its own shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from .._custom_types import PyTree
+from ._problem import Problem
+from ._system import FisherSystem
+
+__all__ = ["run"]
+
+# Problems per vmapped block: small enough for a block's state to stay in cache.
+_BLOCK = 256
+
+
+def _batch_shape(problem: Problem, extra: tuple, extra_dims: tuple) -> tuple[int, ...]:
+    """The problem's batch shape, widened by any batch axes of the extra arguments."""
+    shapes = [problem.batch_shape]
+    for e, d in zip(extra, extra_dims):
+        if e is not None:
+            shapes.append(jnp.shape(e)[: jnp.ndim(e) - d])
+    return tuple(jnp.broadcast_shapes(*shapes))
+
+
+def _broadcast_problem(problem: Problem, extra: tuple, extra_dims: tuple, shape):
+    """Broadcast every per-problem array to the batch shape and flatten it to one axis."""
+    size = int(np.prod(shape)) if shape else 1
+    s = problem.system
+
+    def per_problem(x, event_dims):
+        x = jnp.asarray(x)
+        tail = x.shape[x.ndim - event_dims :] if event_dims else ()
+        x = jnp.broadcast_to(x, shape + tail)
+        return x.reshape((size,) + tail)
+
+    entropy = jtu.tree_map(lambda leaf: per_problem(leaf, 0), s.entropy)
+    system = FisherSystem(
+        entropy,
+        per_problem(s.scores, 1),
+        per_problem(s.T, 0),
+        per_problem(s.mass, 0),
+        per_problem(s.damping, 0),
+    )
+    rho0 = per_problem(problem.rho0, 1)
+    v0 = None if problem.velocity0 is None else per_problem(problem.velocity0, 1)
+    extra = tuple(None if e is None else per_problem(e, d) for e, d in zip(extra, extra_dims))
+    return system, rho0, v0, extra
+
+
+def _unflatten(tree, shape):
+    return jtu.tree_map(lambda x: x.reshape(shape + x.shape[1:]), tree)
+
+
+def _explicit_batch_axis(tree):
+    """(mesh, axis) splitting the batch (leading) axis of an explicitly sharded input."""
+    for leaf in jtu.tree_leaves(tree):
+        sharding = jax.typeof(leaf).sharding
+        spec = getattr(sharding, "spec", None)
+        if spec is not None and len(spec) and spec[0] is not None:
+            return sharding.mesh, spec[0]
+    return None
+
+
+def _batch_is_sharded(tree) -> bool:
+    """Whether the batch is split over several devices (`jax.sharding`).
+
+    True for an input whose type names a mesh axis on its batch axis (explicit sharding), or
+    a concrete array that is not fully replicated. Automatic sharding inside an outer jit is
+    invisible here, and XLA partitions the blocked loop as it sees fit.
+    """
+    if _explicit_batch_axis(tree) is not None:
+        return True
+    return any(
+        isinstance(leaf, jax.Array)
+        and not isinstance(leaf, jax.core.Tracer)
+        and not leaf.sharding.is_fully_replicated
+        for leaf in jtu.tree_leaves(tree)
+    )
+
+
+@eqx.filter_jit
+def _jit_single(single, system, rho0, v0, extra, static):
+    return single(system, rho0, v0, extra, static)
+
+
+def _vmap_explicitly_sharded(fn, args, mesh, axis):
+    """vmap `fn` over `args` split along the mesh axis `axis`.
+
+    Diffrax's internals are written for automatic sharding, so the solve runs with the mesh
+    axis switched to automatic (`auto_axes`), its inputs and outputs split along the batch.
+    """
+
+    def split(x):
+        return NamedSharding(mesh, PartitionSpec(axis, *([None] * (jnp.ndim(x) - 1))))
+
+    args = jtu.tree_map(lambda x: jax.sharding.reshard(x, split(x)), args)
+    plain = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), x.dtype), args)
+    out = eqx.filter_eval_shape(jax.vmap(fn), plain)
+    return jax.sharding.auto_axes(jax.vmap(fn), axes=axis, out_sharding=jtu.tree_map(split, out))(
+        args
+    )
+
+
+@eqx.filter_jit
+def _jit_batch(single, system, rho0, v0, extra, static, sharded=False):
+    fn = lambda args: single(*args, static)  # noqa: E731
+    size = rho0.shape[0]
+    args = (system, rho0, v0, extra)
+    if sharded:
+        found = _explicit_batch_axis(args)
+        if found is not None:
+            return _vmap_explicitly_sharded(fn, args, *found)
+    if size <= _BLOCK or sharded:
+        return jax.vmap(fn)(args)
+    return jax.lax.map(fn, args, batch_size=_BLOCK)
+
+
+def run(
+    single: Callable, problem: Problem, extra: tuple, extra_dims: tuple[int, ...], static
+) -> PyTree:
+    """Solve one problem with `single(system, rho0, velocity0, extra, static)`, or vmap it
+    over the flattened batch and restore the batch shape.
+
+    **Arguments:**
+    - `single`: the solve of one problem (a module-level function: it is a static argument
+      of the compiled call).
+    - `problem`: the checked problem.
+    - `extra`: further per-problem arguments (None entries pass through).
+    - `extra_dims`: the number of trailing (non-batch) axes of each of `extra` (0: a
+      per-problem scalar, 1: a grid of times).
+    - `static`: hashable static arguments of `single`.
+
+    **Returns:** the output of `single`, with the batch shape on its leading axes.
+    """
+    shape = _batch_shape(problem, extra, extra_dims)
+    if shape == ():
+        return _jit_single(single, problem.system, problem.rho0, problem.velocity0, extra, static)
+    sharded = _batch_is_sharded((problem, extra))
+    system, rho0, v0, extra = _broadcast_problem(problem, extra, extra_dims, shape)
+    out = _jit_batch(single, system, rho0, v0, extra, static, sharded)
+    return _unflatten(out, shape)

@@ -1,0 +1,247 @@
+"""Inputs of `simulate` and `relax`: conversion, checks, default tolerances and solvers.
+
+Every check raises a `ValueError` at the call when its inputs are concrete, and becomes an
+`eqx.error_if` runtime check when they are traced (under an outer `jit` or `vmap`).
+"""
+
+from __future__ import annotations
+
+import diffrax
+import equinox as eqx
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+
+from .._custom_types import Array, Float
+from .._entropies import AbstractEntropy
+from .._misc import check_entropy, is_concrete
+from ._system import FisherSystem
+
+__all__ = [
+    "Problem",
+    "prepare",
+    "arrayify_entropy",
+    "check",
+    "default_tols",
+    "positive_time",
+    "is_overdamped",
+    "resolve_solver",
+    "controller",
+    "raise_if",
+]
+
+
+def check(cond_ok, message: str, value):
+    """Raise `ValueError(message)` now when concrete, else attach a runtime check."""
+    if is_concrete(cond_ok):
+        if not bool(np.all(np.asarray(cond_ok))):
+            raise ValueError(message)
+        return value
+    return eqx.error_if(value, ~jnp.all(cond_ok), message)
+
+
+def arrayify_entropy(entropy: AbstractEntropy, dtype) -> AbstractEntropy:
+    """Python-number parameters become arrays, so they are traced (no recompiles)."""
+    return jtu.tree_map(
+        lambda leaf: jnp.asarray(leaf, dtype) if isinstance(leaf, (int, float)) else leaf,
+        entropy,
+    )
+
+
+# Default tolerances per itemsize of the float type: (rtol, atol, steady-state tol, Newton tol).
+_DEFAULT_TOLS = {8: (1e-8, 1e-10, 1e-6, 1e-12), 4: (1e-5, 1e-7, 1e-3, 1e-5)}
+
+
+def default_tols(dtype, **given) -> dict[str, Float[Array, "*#batch"]]:
+    """Fill the tolerances left as None with the defaults for `dtype`, as checked arrays.
+
+    The float32 defaults apply when JAX's x64 mode is off, where the float64 ones are
+    unreachable. Checked: `rtol`, `atol` $\\ge 0$ with `rtol + atol` $> 0$; `tol` and
+    `polish_tol` $> 0$; all finite (a tolerance of 0 or below would only surface as a run that
+    never settles, long after the call).
+    """
+    rtol, atol, tol, polish = _DEFAULT_TOLS.get(jnp.dtype(dtype).itemsize, _DEFAULT_TOLS[4])
+    defaults = dict(rtol=rtol, atol=atol, tol=tol, polish_tol=polish)
+    out = {k: jnp.asarray(defaults[k] if v is None else v, dtype) for k, v in given.items()}
+    for k, v in out.items():
+        positive = k in ("tol", "polish_tol")
+        ok = jnp.all(jnp.isfinite(v)) & jnp.all(v > 0 if positive else v >= 0)
+        out[k] = check(ok, f"{k} must be finite and {'> 0' if positive else '>= 0'}", v)
+    if "rtol" in out and "atol" in out:
+        out["rtol"] = check(
+            jnp.all(out["rtol"] + out["atol"] > 0), "rtol and atol cannot both be 0", out["rtol"]
+        )
+    return out
+
+
+def positive_time(t1, dtype) -> Float[Array, "*#batch"]:
+    """`t1` as an array of `dtype`, checked finite and $> 0$."""
+    t1 = jnp.asarray(t1, dtype)
+    return check(jnp.all(t1 > 0) & jnp.all(jnp.isfinite(t1)), "t1 must be finite and > 0", t1)
+
+
+# The explicit solvers loop over their stages with `lax.scan` (one trace of the vector
+# field instead of one per stage): faster to compile, same steps.
+_SOLVERS = {
+    "tsit5": lambda: diffrax.Tsit5(scan_kind="lax"),
+    "dopri5": lambda: diffrax.Dopri5(scan_kind="lax"),
+    "dopri8": lambda: diffrax.Dopri8(scan_kind="lax"),
+    "kvaerno5": diffrax.Kvaerno5,
+}
+
+
+def resolve_solver(solver: diffrax.AbstractSolver | str | None) -> diffrax.AbstractSolver:
+    """A Diffrax solver from `solver=`: an instance, a name in `_SOLVERS`, or None (Tsit5)."""
+    if solver is None:
+        return _SOLVERS["tsit5"]()
+    if isinstance(solver, diffrax.AbstractSolver):
+        return solver
+    if isinstance(solver, str) and solver.lower() in _SOLVERS:
+        return _SOLVERS[solver.lower()]()
+    raise ValueError(
+        f"solver must be a diffrax solver or one of {sorted(_SOLVERS)}, got {solver!r}"
+    )
+
+
+def controller(solver: diffrax.AbstractSolver, rtol, atol) -> diffrax.PIDController:
+    """The step-size controller: for the explicit solvers a less sensitive PI controller (one
+    of Diffrax's suggested sets for error estimates that do not vary smoothly), Diffrax's
+    default coefficients for the implicit ones."""
+    if isinstance(solver, diffrax.AbstractImplicitSolver):
+        return diffrax.PIDController(rtol=rtol, atol=atol)
+    return diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.3)
+
+
+def is_overdamped(mass) -> bool:
+    """`mass == 0` (concretely) selects the first-order replicator flow."""
+    if not is_concrete(mass):
+        return False
+    m = np.asarray(mass)
+    if np.any(m < 0) or not np.all(np.isfinite(m)):
+        raise ValueError(f"mass must be finite and >= 0, got {mass}")
+    if np.all(m == 0):
+        return True
+    if np.any(m == 0):
+        raise ValueError(
+            "mass = 0 (the overdamped flow, a first-order system) and mass > 0 cannot be "
+            "mixed in one batch: solve them in separate calls"
+        )
+    return False
+
+
+class Problem(eqx.Module):
+    """A checked problem: the system, the initial state and the broadcast batch shape."""
+
+    system: FisherSystem
+    rho0: Float[Array, "*#batch N"]
+    velocity0: Float[Array, "*#batch N"] | None
+    batch_shape: tuple[int, ...] = eqx.field(static=True)
+
+
+def _scores(scores) -> Float[Array, "*batch N"]:
+    z = jnp.asarray(scores)
+    z = z.astype(jnp.result_type(float)) if not jnp.issubdtype(z.dtype, jnp.floating) else z
+    if jnp.finfo(z.dtype).bits < 32:
+        # bfloat16 / float16: integrated in float32 (an adaptive solver cannot resolve
+        # its tolerances in 8-10 mantissa bits); results come back in float32
+        z = z.astype(jnp.float32)
+    if z.ndim == 0:
+        raise ValueError("scores must have at least one axis (the keys)")
+    if z.shape[-1] < 2:
+        raise ValueError(f"the dynamics needs at least 2 keys, got scores of shape {z.shape}")
+    return check(jnp.all(jnp.isfinite(z)), "scores must be finite", z)
+
+
+def _parameters(T, mass, damping, dtype, overdamped, need_damping):
+    T = jnp.asarray(T, dtype)
+    T = check(jnp.all(T > 0) & jnp.all(jnp.isfinite(T)), "T must be finite and > 0", T)
+    mass = jnp.asarray(mass, dtype)
+    damping = jnp.asarray(damping, dtype)
+    damping = check(
+        jnp.all(damping >= 0) & jnp.all(jnp.isfinite(damping)),
+        "damping must be finite and >= 0",
+        damping,
+    )
+    if overdamped or need_damping:
+        what = "the overdamped flow (mass = 0)" if overdamped else "relax"
+        damping = check(jnp.all(damping > 0), f"{what} needs damping > 0", damping)
+    if not overdamped:
+        mass = check(jnp.all(mass > 0), "mass must be > 0 (or exactly 0: overdamped)", mass)
+    return T, mass, damping
+
+
+def _initial_weights(rho0, entropy, n, dtype) -> Float[Array, "*#batch N"]:
+    if rho0 is None:
+        return jnp.full((n,), 1.0 / n, dtype)
+    rho0 = jnp.asarray(rho0, dtype)
+    if rho0.shape[-1:] != (n,):
+        raise ValueError(f"rho0 must have {n} weights on its last axis, got {rho0.shape}")
+    ok = (
+        jnp.all(rho0 >= 0, -1)
+        & jnp.all(jnp.isfinite(rho0), -1)
+        & (jnp.abs(jnp.sum(rho0, -1) - 1) <= 1e-9 * n)
+    )
+    rho0 = check(ok, "rho0 must lie on the simplex (rho0 >= 0, sum(rho0) = 1)", rho0)
+    if not entropy.finite_at_boundary:
+        rho0 = check(
+            jnp.all(rho0 > 0),
+            f"{entropy.name}'s free energy is infinite on the boundary: rho0 must be > 0",
+            rho0,
+        )
+    return rho0
+
+
+def _initial_velocity(velocity0, rho0, n, dtype, overdamped):
+    if velocity0 is None:
+        return None if overdamped else jnp.zeros_like(rho0)
+    if overdamped:
+        raise ValueError("the overdamped flow (mass = 0) is first order: omit velocity0")
+    v0 = jnp.asarray(velocity0, dtype)
+    if v0.shape[-1:] != (n,):
+        raise ValueError(f"velocity0 must have {n} entries on its last axis, got {v0.shape}")
+    scale = 1.0 + jnp.max(jnp.abs(v0), -1)
+    ok = (
+        jnp.all(jnp.isfinite(v0), -1)
+        & (jnp.abs(jnp.sum(v0, -1)) <= 1e-9 * n * scale)
+        & jnp.all((rho0 > 0) | (v0 == 0), -1)
+    )
+    return check(
+        ok,
+        "velocity0 must be tangent to the simplex: sum(velocity0) = 0, and 0 wherever "
+        "rho0 = 0 (a weight on the boundary cannot move with finite Fisher speed)",
+        v0,
+    )
+
+
+def prepare(
+    entropy, scores, T, mass, damping, rho0, velocity0, overdamped: bool, need_damping: bool
+) -> Problem:
+    """Convert and check the inputs of `simulate` / `relax` (`need_damping`: relax, which
+    needs $\\gamma > 0$ to settle)."""
+    check_entropy(entropy)
+    z = _scores(scores)
+    dtype, n = z.dtype, z.shape[-1]
+    T, mass, damping = _parameters(T, mass, damping, dtype, overdamped, need_damping)
+    entropy = arrayify_entropy(entropy, dtype)
+    rho0 = _initial_weights(rho0, entropy, n, dtype)
+    v0 = _initial_velocity(velocity0, rho0, n, dtype, overdamped)
+    leaves = [z[..., 0], T, mass, damping, rho0[..., 0]]
+    leaves += [leaf for leaf in jtu.tree_leaves(entropy)]
+    if v0 is not None:
+        leaves.append(v0[..., 0])
+    batch_shape = jnp.broadcast_shapes(*[jnp.shape(leaf) for leaf in leaves])
+    system = FisherSystem(entropy, z, T, mass, damping)
+    return Problem(system, rho0, v0, tuple(batch_shape))
+
+
+def raise_if(out, failed):
+    """Raise the result's message where `failed`.
+
+    Called eagerly the check runs now, on the small result array alone (routing the weights
+    through it would gather a sharded batch onto one device); under an outer jit it is
+    attached to the weights.
+    """
+    if is_concrete(failed):
+        out.result.error_if(jnp.zeros(()), failed)
+        return out
+    return eqx.tree_at(lambda o: o.rho, out, out.result.error_if(out.rho, failed))

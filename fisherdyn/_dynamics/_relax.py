@@ -1,0 +1,363 @@
+"""Fixed points of the damped dynamics (docs/math.md §6): `relax`.
+
+`relax` integrates the sphere chart to a steady-state event and polishes the end point with
+a Newton solve (optimistix) of the stationary conditions on the support the dynamics
+selected. The fixed point's derivative is that of the stationary conditions (the implicit
+function theorem through `optimistix.root_find`); the integrated path is not differentiated.
+"""
+
+from __future__ import annotations
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import lineax as lx
+import numpy as np
+import optimistix as optx
+
+from .._custom_types import Array, ArrayLike, Float, RealScalarLike, Scores, Temperature
+from .._entropies import AbstractEntropy, AbstractTsallisShapedEntropy
+from .._results import RESULTS, result_name
+from ._batching import run
+from ._coordinates import AbstractCoordinates, SphereCoordinates
+from ._integrate import Trajectory, meter, term, trajectory
+from ._problem import (
+    Problem,
+    controller,
+    default_tols,
+    is_overdamped,
+    positive_time,
+    prepare,
+    raise_if,
+    resolve_solver,
+)
+from ._system import FisherSystem, boundary_forces, forces
+
+__all__ = ["relax", "RelaxSolution"]
+
+
+class RelaxSolution(eqx.Module):
+    """The fixed point the damped dynamics converged to.
+
+    **Fields:**
+    - `rho`: the polished fixed point $\\rho^*$ (exact zeros off the support);
+      `lam`: its multiplier $\\lambda^*$ (so $E_i - T h_i(\\rho^*) = \\lambda^*$ on the support).
+    - `t`: the time at which the steady-state event fired.
+    - `residual`: $\\max_{i \\in A}|g_i - \\lambda^*|$ together with the off-support
+      violation $\\max_{i\\notin A}(\\lambda^* - g_i(0))_+$ and $|\\sum\\rho^* - 1|$.
+    - `rho_end`: the integrated end point before polishing.
+    - `result`: `fisherdyn.RESULTS`, printed as a word by `result_name`; `stats`: integration
+      steps, Newton steps, the size of the polish step.
+    - `path`: the integrated `Trajectory` on the `saveat` times (None unless asked for); times
+      after the steady-state event are `inf`.
+
+    A batch of problems adds its batch axes in front of every array field.
+    """
+
+    rho: Float[Array, "*batch N"]
+    lam: Float[Array, "*batch"]
+    t: Float[Array, "*batch"]
+    residual: Float[Array, "*batch"]
+    rho_end: Float[Array, "*batch N"]
+    result: RESULTS
+    stats: dict[str, Array]
+    path: Trajectory | None = None
+
+    @property
+    def result_name(self) -> str | np.ndarray:
+        """`result` as a word (`"successful"`, `"polish_failed"`, ...), see
+        `fisherdyn.result_name`."""
+        return result_name(self.result)
+
+
+def _state_norm(tree):
+    return jnp.max(jnp.stack([jnp.max(jnp.abs(leaf)) for leaf in jtu.tree_leaves(tree)]))
+
+
+def _on_support(active, u):
+    """The weights $e^{u_i}$ on the support, exact zeros off it."""
+    return jnp.where(active, jnp.exp(jnp.where(active, u, 0.0)), 0.0)
+
+
+def _diagonal_scale(entropy, z, T, active, u0):
+    """The inverse diagonal of the Newton system at `u0` (1 where it is unusable).
+
+    The Newton system is bordered diagonal ($(g_i - \\lambda)/T$ depends on $u_i$ alone, plus
+    a rank-one term through $M_q$ for Renyi / Sharma-Mittal), so a dense LU would cost
+    $O(N^3)$ per step. Scaled by its diagonal, the system is the identity plus rank two or
+    three, and GMRES solves it in a few $O(N)$ matrix-free products (the scaling leaves the
+    root, and its implicit derivative, unchanged). The diagonal is the derivative of the
+    forces with the moment held fixed, a separable law, so one JVP along ones gives it
+    exactly.
+    """
+    if isinstance(entropy, AbstractTsallisShapedEntropy):
+        frozen = entropy.tsallis()
+        T_frozen = T * entropy.temperature_factor(entropy.moment(_on_support(active, u0)))
+    else:
+        frozen, T_frozen = entropy, T
+
+    def frozen_residual(u):
+        return jnp.where(active, forces(frozen, _on_support(active, u), z, T_frozen) / T, u)
+
+    _, diag = jax.jvp(frozen_residual, (u0,), (jnp.ones_like(u0),))
+    diag = jax.lax.stop_gradient(diag)
+    usable = jnp.isfinite(diag) & (diag != 0)
+    return jnp.where(usable, 1.0 / jnp.where(usable, diag, 1.0), 1.0)
+
+
+def _newton_on_support(entropy, z, T, active, u0, lam0, rtol):
+    """Newton on the stationary conditions restricted to the support `active`, from
+    $(u_0, \\lambda_0)$: returns (rho, lam, residual, converged, off-support violation,
+    Newton steps, the final u)."""
+
+    def fn(y, _):
+        u, lam = y
+        rho = _on_support(active, u)
+        g = forces(entropy, rho, z, T)
+        r = jnp.where(active, (g - lam) / T, u)
+        return r, jnp.sum(rho) - 1
+
+    scale = _diagonal_scale(entropy, z, T, active, u0)
+
+    def scaled(y, args):
+        r, s = fn(y, args)
+        return r * scale, s
+
+    # linear solves well below the polish tolerance (1e-12; float32 1e-5)
+    gmres_tol = 1e-13 if u0.dtype == jnp.float64 else 1e-6
+    linear = lx.GMRES(rtol=gmres_tol, atol=gmres_tol, max_steps=64, restart=8, stagnation_iters=8)
+    solver = optx.Newton(rtol=rtol, atol=rtol, norm=optx.max_norm, linear_solver=linear)
+    sol = optx.root_find(
+        scaled, solver, (u0, lam0), max_steps=64, throw=False,
+        adjoint=optx.ImplicitAdjoint(linear_solver=linear),
+    )
+    u, lam = sol.value
+    rho = _on_support(active, u)
+    rho = rho / jnp.sum(rho)
+    g = forces(entropy, rho, z, T)
+    on = jnp.max(jnp.where(active, jnp.abs(g - lam), 0.0))
+    off = jnp.max(
+        jnp.where(active, 0.0, jnp.maximum(lam - boundary_forces(entropy, rho, z, T), 0.0))
+    )
+    residual = jnp.maximum(jnp.maximum(on, off), jnp.abs(jnp.sum(rho) - 1))
+    converged = sol.result == optx.RESULTS.successful
+    return rho, lam, residual, converged, off, sol.stats["num_steps"], u
+
+
+def _retry_on_new_support(system, rho_end, lam_end, rtol, active, u0, first):
+    """Newton once more on the support that the first solve's multiplier selects.
+
+    A key whose boundary force sits within the steady-state tolerance of the multiplier can
+    be on the wrong side of it at the end point: Newton then drives its weight to 0 without
+    converging. Computed for every problem and kept only where the first solve failed (where
+    it did not, the second solve starts at the root and stops at once).
+    """
+    entropy, z, T = system.entropy, system.scores, system.T
+    rho, lam, residual, ok_newton, off, steps, u = first
+    lam_ok = jnp.isfinite(lam)
+    retry_active = active & ~(boundary_forces(entropy, rho_end, z, T) > lam)
+    retry = ~ok_newton & lam_ok & jnp.any(retry_active != active)
+    active = jnp.where(retry, retry_active, active)
+    u_start = jnp.where(jnp.all(jnp.isfinite(u)), u, u0)
+    second = _newton_on_support(
+        entropy, z, T, active, u_start, jnp.where(lam_ok, lam, lam_end), rtol
+    )
+    rho, lam, residual, ok_newton, off, steps2, _ = jax.tree.map(
+        lambda new, old: jnp.where(retry, new, old), second, first
+    )
+    steps = jnp.where(retry, steps + steps2, steps)
+    return rho, lam, residual, ok_newton, off, steps, active
+
+
+def _polish(system: FisherSystem, rho_end, lam_end, rtol):
+    """Newton on the stationary conditions, from the integrated end point.
+
+    Unknowns $(u, \\lambda)$ with $\\rho_i = e^{u_i}$ on the support; equations
+    $(g_i(\\rho) - \\lambda)/T = 0$ on the support, $\\sum\\rho = 1$. The support is the
+    dynamics': a component is off it where the boundary force beats the multiplier,
+    $g_i(0) > \\lambda$ (possible only for the cutoff families) - there its weight is 0.
+    """
+    entropy, z, T = system.entropy, system.scores, system.T
+    active = ~(boundary_forces(entropy, rho_end, z, T) > lam_end)
+    u0 = jnp.where(active & (rho_end > 0), jnp.log(jnp.where(rho_end > 0, rho_end, 1.0)), 0.0)
+    # a support component the integration left at exactly 0 (only if it started there: faces
+    # are invariant) starts at a tiny weight, and the result says support_inconsistent
+    u0 = jnp.where(active & (rho_end <= 0), jnp.log(jnp.finfo(rho_end.dtype).tiny) / 4, u0)
+    first = _newton_on_support(entropy, z, T, active, u0, lam_end, rtol)
+    rho, lam, residual, ok_newton, off, steps, _ = first
+    if entropy.may_have_cutoff:
+        rho, lam, residual, ok_newton, off, steps, active = _retry_on_new_support(
+            system, rho_end, lam_end, rtol, active, u0, first
+        )
+    # a component the dynamics left at exactly 0 while the boundary force pulls it inward:
+    # the run rests on an invariant face at a point that is not a fixed point of the simplex
+    stuck = jnp.any(active & (rho_end <= 0))
+    ok_support = (off <= 0) & ~stuck
+    return rho, lam, residual, ok_newton, ok_support, steps
+
+
+class _RelaxStatic(eqx.Module):
+    coords: AbstractCoordinates = eqx.field(static=True)
+    solver: diffrax.AbstractSolver = eqx.field(static=True)
+    overdamped: bool = eqx.field(static=True)
+    max_steps: int = eqx.field(static=True)
+    progress: bool = eqx.field(static=True)
+
+
+def _relax_result(integration, ok_newton, ok_support):
+    """The result code: the integration's, then the polish's and the support check's."""
+    converged = integration == diffrax.RESULTS.event_occurred
+    result = RESULTS.where(
+        converged,
+        RESULTS.successful,
+        RESULTS.where(
+            integration == diffrax.RESULTS.successful,
+            RESULTS.steady_state_not_reached,
+            RESULTS.promote(integration),
+        ),
+    )
+    result = RESULTS.where(converged & ~ok_newton, RESULTS.polish_failed, result)
+    return RESULTS.where(converged & ok_newton & ~ok_support, RESULTS.support_inconsistent, result)
+
+
+def _integrate_to_steady_state(system, y0, t1, rtol, atol, tol, path_ts, static: _RelaxStatic):
+    field = static.coords.overdamped_field if static.overdamped else static.coords.vector_field
+
+    def steady(t, y, args, **kwargs):
+        return _state_norm(field(t, y, args[0])) < args[1]
+
+    return diffrax.diffeqsolve(
+        term(static.coords, static.overdamped),
+        static.solver,
+        t0=jnp.zeros((), t1.dtype),
+        t1=t1,
+        dt0=None,
+        y0=y0,
+        args=(system, tol),
+        saveat=diffrax.SaveAt(t1=True) if path_ts is None else diffrax.SaveAt(ts=path_ts, t1=True),
+        stepsize_controller=controller(static.solver, rtol, atol),
+        event=diffrax.Event(steady),
+        max_steps=static.max_steps,
+        throw=False,
+        # nothing is differentiated through the path: a plain while loop, no checkpointing
+        # (much faster under vmap)
+        adjoint=diffrax.ForwardMode(),
+        progress_meter=meter(static.progress),
+    )
+
+
+def _relax_single(system, rho0, v0, extra, static: _RelaxStatic):
+    t1, rtol, atol, tol, polish_tol, path_ts = extra
+    coords = static.coords
+    # The fixed point's derivative is the implicit-function derivative of the stationary
+    # conditions; the path that led there is irrelevant to it, so the integration sees no
+    # tangents (this also allows forward mode).
+    system_const = jax.lax.stop_gradient(system)
+    rho0, v0, t1, rtol, atol, tol = jax.lax.stop_gradient((rho0, v0, t1, rtol, atol, tol))
+    y0 = coords.from_simplex(rho0, None if static.overdamped else v0)
+    sol = _integrate_to_steady_state(system_const, y0, t1, rtol, atol, tol, path_ts, static)
+    k = jnp.sum(jnp.isfinite(sol.ts)) - 1  # the final state (see `trajectory`)
+    y_end = jtu.tree_map(lambda y: y[k], sol.ys)
+    rho_end, lam_end = coords.weights_and_multiplier(y_end, system_const, static.overdamped)
+    # Keep a failed run's numbers finite so the polish below stays well defined.
+    finite = jnp.all(jnp.isfinite(rho_end)) & jnp.isfinite(lam_end)
+    rho_end = jnp.where(finite, rho_end, rho0)
+    lam_end = jnp.where(finite, lam_end, 0.0)
+    rho, lam, residual, ok_newton, ok_support, n_newton = _polish(
+        system, rho_end, lam_end, polish_tol
+    )
+    result = _relax_result(sol.result, ok_newton, ok_support)
+    stats = {
+        "num_steps": sol.stats["num_steps"],
+        "num_newton_steps": n_newton,
+        "polish_shift": jnp.max(jnp.abs(rho - rho_end)),
+    }
+    path = None
+    if path_ts is not None:
+        path = trajectory(sol, y0, system_const, coords, static.overdamped, result)
+    return RelaxSolution(rho, lam, sol.ts[k], residual, rho_end, result, stats, path)
+
+
+def _default_t1(problem: Problem, overdamped):
+    s = problem.system
+    # a long multiple of the slowest Shannon-like time scale: overdamped omega^2/gamma,
+    # inertial min(gamma/(2m), omega^2/gamma) with omega^2 ~ T
+    scale = s.damping / s.T
+    if not overdamped:
+        scale = scale + 2 * s.mass / s.damping + jnp.sqrt(s.mass / s.T)
+    return 1e4 * scale
+
+
+def relax(
+    entropy: AbstractEntropy,
+    scores: Scores,
+    T: Temperature = 1.0,
+    *,
+    mass: Float[ArrayLike, "*#batch"] | RealScalarLike,
+    damping: Float[ArrayLike, "*#batch"] | RealScalarLike,
+    rho0: Float[ArrayLike, "*#batch N"] | None = None,
+    velocity0: Float[ArrayLike, "*#batch N"] | None = None,
+    tol: Float[ArrayLike, "*#batch"] | RealScalarLike | None = None,
+    t1: Float[ArrayLike, "*#batch"] | RealScalarLike | None = None,
+    rtol: Float[ArrayLike, "*#batch"] | RealScalarLike | None = None,
+    atol: Float[ArrayLike, "*#batch"] | RealScalarLike | None = None,
+    polish_tol: Float[ArrayLike, "*#batch"] | RealScalarLike | None = None,
+    max_steps: int = 200_000,
+    solver: diffrax.AbstractSolver | str | None = None,
+    saveat: Float[ArrayLike, "*#batch K"] | None = None,
+    throw: bool = True,
+    progress: bool = False,
+) -> RelaxSolution:
+    """The fixed point reached by the damped dynamics: integrate to a steady state, then
+    polish the end point with Newton's method.
+
+    Integrates the sphere chart (docs/math.md §6) from `rho0` (default uniform) until the
+    vector field's max-norm drops below `tol` (a `diffrax.Event`), then solves the stationary
+    conditions $E_i - T h_i(\\rho) = \\lambda$ on the support the dynamics selected,
+    $\\sum\\rho = 1$, by `optimistix.Newton` from the end point. A run that did not reach a
+    steady state, a polish that did not converge, or an end point whose boundary components
+    are pulled inward is never reported as converged.
+
+    **Arguments:**
+
+    - `entropy`, `scores`, `T`, `mass` ($m \\ge 0$; 0 = overdamped replicator flow),
+      `damping` ($\\gamma > 0$), `rho0`, `velocity0`: as in `simulate`.
+    - `tol`: steady-state threshold on the max-norm of the vector field (default 1e-6;
+      float32: 1e-3). It only has to put the end point in Newton's basin; keep it well above
+      the integrator's noise floor near a fixed point (about `rtol` x the fastest rate:
+      explicit solvers jitter the stiff modes at the tolerance level).
+    - `polish_tol`: Newton tolerance (1e-12; float32 1e-5).
+    - `t1`: give up after this time (default $10^4$ x the slowest Shannon-like time scale).
+    - `rtol`, `atol`, `solver`, `max_steps`, `progress`: integration, as in `simulate`.
+    - `saveat`: optional times at which to also record the path (`.path`): shape (K,), or
+      (batch..., K) for one grid per problem.
+    - `throw`: raise unless `result` is successful (else inspect `result`).
+
+    **Returns:**
+
+    A `RelaxSolution` (batched over the leading axes when given a batch). `rho` and `lam` are
+    differentiable (forward and reverse mode) with respect to the scores, T and the
+    entropy's parameters: their derivative is that of the stationary conditions at the fixed
+    point (implicit function theorem, through `optimistix.root_find`); the integrated path is
+    not differentiated.
+    """
+    overdamped = is_overdamped(mass)
+    problem = prepare(entropy, scores, T, mass, damping, rho0, velocity0, overdamped, True)
+    dtype = problem.rho0.dtype
+    tols = default_tols(dtype, rtol=rtol, atol=atol, tol=tol, polish_tol=polish_tol)
+    t1 = _default_t1(problem, overdamped) if t1 is None else positive_time(t1, dtype)
+    static = _RelaxStatic(
+        SphereCoordinates(), resolve_solver(solver), overdamped, int(max_steps), bool(progress)
+    )
+    tols = [tols[k] for k in ("rtol", "atol", "tol", "polish_tol")]
+    extra = tuple(jnp.asarray(v, dtype) for v in (t1, *tols))
+    if saveat is not None:
+        saveat = jnp.asarray(saveat, dtype)
+        if saveat.ndim == 0:
+            raise ValueError("saveat must be a 1-D array of times, or one per problem (or None)")
+    out = run(_relax_single, problem, (*extra, saveat), (0, 0, 0, 0, 0, 1), static)
+    if throw:
+        out = raise_if(out, out.result != RESULTS.successful)
+    return out
