@@ -40,6 +40,10 @@ _EXPORTS = {
         "stationary_jacobian",
     ),
     "_dynamics": (
+        "AbstractCoordinates",
+        "FisherSystem",
+        "SimplexCoordinates",
+        "SphereCoordinates",
         "CRITICAL",
         "OVERDAMPED",
         "UNDERDAMPED",
@@ -116,6 +120,10 @@ if TYPE_CHECKING:  # what type checkers and the API documentation see
     )
     from ._attention import attention as attention, attention_weights as attention_weights
     from ._dynamics import (
+        AbstractCoordinates as AbstractCoordinates,
+        FisherSystem as FisherSystem,
+        SimplexCoordinates as SimplexCoordinates,
+        SphereCoordinates as SphereCoordinates,
         CRITICAL as CRITICAL,
         OVERDAMPED as OVERDAMPED,
         UNDERDAMPED as UNDERDAMPED,

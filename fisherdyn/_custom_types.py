@@ -10,12 +10,13 @@ from __future__ import annotations
 from typing import Union
 
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
+from jaxtyping import Array, ArrayLike, Bool, Complex, Float, Int, PyTree
 
 __all__ = [
     "Array",
     "ArrayLike",
     "Bool",
+    "Complex",
     "Float",
     "Int",
     "PyTree",

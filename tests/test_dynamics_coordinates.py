@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fisherdyn as fd
-from fisherdyn._dynamics import (
+from fisherdyn import (
     AbstractCoordinates,
     FisherSystem,
     SimplexCoordinates,

@@ -13,7 +13,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Complex
+from .._custom_types import Complex
 
 from .._custom_types import Array, ArrayLike, Bool, Float, Int, RealScalarLike, Scores
 from .._entropies import AbstractEntropy
