@@ -11,16 +11,16 @@ import jax.numpy as jnp
 import mpmath as mp
 import numpy as np
 import pytest
+from helpers import jit_stationary  # one compilation; the Abe parameter is traced
 
 import fisherdyn as fd
 
 Z = np.array([1.3, 0.4, -0.2, -1.1, 0.8, -2.5])
 T = 0.7
-stationary = jax.jit(fd.stationary)  # one compilation; the Abe parameter is traced
 
 
 def _exact(eps, z=Z, T=T):
-    return np.asarray(stationary(fd.Abe(float(np.exp(eps))), jnp.asarray(z), T))
+    return np.asarray(jit_stationary(fd.Abe(float(np.exp(eps))), jnp.asarray(z), T))
 
 
 def _mp_abe_map(z, T, eps):

@@ -28,26 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.integrate
+from helpers import DYNAMICS_FAMILIES as FAMILIES
+from helpers import h_reference
 
 import fisherdyn as fd
 
 # --------------------------------------------------------------------------- independent model
-
-
-def h_reference(entropy, rho):
-    """$h_i = \\partial S/\\partial\\rho_i$ typed in from MATH.md §2 (numpy)."""
-    if isinstance(entropy, fd.Shannon):
-        return -(1.0 + np.log(rho))
-    if isinstance(entropy, fd.Kaniadakis):
-        k = abs(float(entropy.kappa))
-        return -((1 + k) * rho**k - (1 - k) * rho ** (-k)) / (2 * k)
-    if isinstance(entropy, fd.Renyi):
-        q = float(entropy.q)
-        return q * rho ** (q - 1) / ((1 - q) * np.sum(rho**q))
-    if isinstance(entropy, fd.Tsallis):
-        q = float(entropy.q)
-        return -q * rho ** (q - 1) / (q - 1)
-    raise NotImplementedError(type(entropy))
 
 
 def rhs_reference(entropy, z, T, m, gamma):
@@ -211,15 +197,6 @@ def test_simplex_chart_reports_boundary_hit_sphere_passes_through():
 
 # --------------------------------------------------------------------------- fixed points
 
-FAMILIES = [
-    fd.Shannon(),
-    fd.Tsallis(2.0),
-    fd.Kaniadakis(0.3),
-    fd.Renyi(2.0),
-    fd.SharmaMittal(2.0, 1.5),
-    fd.Burg(),
-    fd.Abe(1.5),
-]
 FP_SCORES = np.array([[1.3, 0.2, -0.7, 0.5, -1.6], [0.4, 2.0, -0.3, 1.1, 0.0]])
 FP_TEMPS = np.array([0.5, 1.5])
 

@@ -12,24 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import h_reference
 
 import fisherdyn as fd
-
-
-def h_reference(entropy, rho):
-    """dS/drho from MATH.md §2 (numpy), finite on the boundary for the cutoff families."""
-    if isinstance(entropy, fd.Kaniadakis):
-        k = abs(float(entropy.kappa))
-        return -((1 + k) * rho**k - (1 - k) * rho ** (-k)) / (2 * k)
-    if isinstance(entropy, fd.Renyi):
-        q = float(entropy.q)
-        return q * rho ** (q - 1) / ((1 - q) * np.sum(rho**q))
-    if isinstance(entropy, fd.Tsallis):
-        q = float(entropy.q)
-        return -q * rho ** (q - 1) / (q - 1)
-    if isinstance(entropy, fd.Shannon):
-        return -(1.0 + np.log(rho))
-    raise NotImplementedError(type(entropy))
 
 
 def sphere_field(entropy, z, T, m, gamma):
