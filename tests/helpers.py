@@ -1,12 +1,12 @@
 """Shared test helpers: independent references, the family lists, compiled wrappers.
 
 The references share no code with `fisherdyn`:
-- `RefFamily` and the `mp_*` solves: MATH.md §2-3 transcribed in mpmath at `DPS` digits (the
+- `RefFamily` and the `mp_*` solves: docs/math.md §2-3 transcribed in mpmath at `DPS` digits (the
   stationary law `T G(rho_i) = z_i + lambda`, `sum rho = 1`, by a bracketed Illinois root on
   the multiplier; Renyi / Sharma-Mittal: every root of the self-consistency in M, by a scan of
   its whole range);
 - `sparsemax`: the sort-based closed form of Tsallis q = 2;
-- `h_reference`: $h = dS/d\\rho$ typed in from MATH.md §2 (numpy);
+- `h_reference`: $h = dS/d\\rho$ typed in from docs/math.md §2 (numpy);
 and, for the tests themselves:
 - the family specs and the named lists the test files pick from;
 - jitted wrappers of the public operator, compiled once per process and shared by the files;
@@ -175,7 +175,7 @@ def sparsemax(z):
 
 
 def h_reference(entropy, rho):
-    """$h_i = \\partial S/\\partial\\rho_i$ typed in from MATH.md §2 (numpy), finite on the
+    """$h_i = \\partial S/\\partial\\rho_i$ typed in from docs/math.md §2 (numpy), finite on the
     boundary for the cutoff families."""
     if isinstance(entropy, fd.Shannon):
         return -(1.0 + np.log(rho))
@@ -195,7 +195,7 @@ def h_reference(entropy, rho):
 
 
 class RefFamily:
-    """High-precision transcription of MATH.md §2 (independent of `fisherdyn`)."""
+    """High-precision transcription of docs/math.md §2 (independent of `fisherdyn`)."""
 
     def __init__(self, spec):
         self.name = spec[0]
@@ -244,7 +244,7 @@ class RefFamily:
         raise ValueError(n)
 
     def S(self, rho):
-        """The defining formula of S(rho) (MATH.md §2 table)."""
+        """The defining formula of S(rho) (docs/math.md §2 table)."""
         n, p = self.name, self.p
         rho = [mp.mpf(r) for r in rho if r > 0]
         if n == "shannon":

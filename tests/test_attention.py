@@ -84,7 +84,7 @@ def test_mask_equals_deleting_keys(entropy):
 
 
 def test_tsallis2_is_sparsemax_attention():
-    # Reference: MATH.md §2, Tsallis q = 2 is sparsemax(z / (2T)); hand-written sort-based
+    # Reference: docs/math.md §2, Tsallis q = 2 is sparsemax(z / (2T)); hand-written sort-based
     # sparsemax. Tolerance 1e-12.
     T = 0.4
     z = Q @ np.swapaxes(K, -1, -2)

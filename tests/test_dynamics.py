@@ -1,8 +1,8 @@
-"""The damped Fisher-Lagrangian dynamics (MATH.md §6) against independent references.
+"""The damped Fisher-Lagrangian dynamics (docs/math.md §6) against independent references.
 
 References, none sharing code with `fisherdyn`'s dynamics:
-- the equations of motion in simplex coordinates, written out again here from MATH.md §6
-  with each family's $h = dS/d\\rho$ typed in from MATH.md §2, integrated by
+- the equations of motion in simplex coordinates, written out again here from docs/math.md §6
+  with each family's $h = dS/d\\rho$ typed in from docs/math.md §2, integrated by
   `scipy.integrate.solve_ivp` (DOP853, rtol 1e-12);
 - conservation laws: $H$ constant at $\\gamma = 0$, $dH/dt = -\\gamma\\sum\\dot\\rho^2/\\rho$
   (integrated by scipy's cumulative Simpson rule), $\\sum\\rho = 1$;
@@ -37,7 +37,7 @@ import fisherdyn as fd
 
 
 def rhs_reference(entropy, z, T, m, gamma):
-    """MATH.md §6 in simplex coordinates: $m(\\ddot\\rho/\\rho - \\dot\\rho^2/(2\\rho^2)) +
+    """docs/math.md §6 in simplex coordinates: $m(\\ddot\\rho/\\rho - \\dot\\rho^2/(2\\rho^2)) +
     \\gamma\\dot\\rho/\\rho + E - T h = \\lambda$, $\\lambda = \\sum\\rho(E - Th) -
     (m/2)\\sum\\dot\\rho^2/\\rho$; for m = 0 the replicator
     $\\gamma\\dot\\rho = \\rho(\\lambda - g)$."""
@@ -351,7 +351,7 @@ def test_linear_response_matches_spectrum():
     sp = fd.relaxation_spectrum(entropy, z, T, mass=m, damping=gamma)
     modes = np.asarray(sp.modes)
     assert np.all(np.asarray(sp.regime) == fd.UNDERDAMPED)
-    # the spread spectrum of a non-Shannon family (MATH.md §6)
+    # the spread spectrum of a non-Shannon family (docs/math.md §6)
     assert np.ptp(np.asarray(sp.omega2)) > 0.05
     h, eps = 0.01, 1e-6
     ts = np.arange(N_SAVE) * h
@@ -529,7 +529,7 @@ def test_fixed_point_is_differentiable():
 def test_fixed_point_reverse_mode_matches_stationary_jacobian(entropy):
     """jax.grad through relax (reverse mode: the polish's implicit adjoint, solved by GMRES)
     equals the same derivative of `stationary`, whose custom JVP is the closed-form Jacobian
-    of MATH.md §3 (with the rank-one M_q correction for Renyi), to 1e-12: the polish's
+    of docs/math.md §3 (with the rank-one M_q correction for Renyi), to 1e-12: the polish's
     Newton tolerance (measured: <= 4e-15)."""
     z, T = FP_SCORES[0], FP_TEMPS[0]
     assert int(fd.stationary_branches(entropy, z, T).count) == 1

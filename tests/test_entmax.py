@@ -1,6 +1,6 @@
 """Tsallis stationary map against the `entmax` package (optional: `pip install .[entmax]`).
 
-MATH.md §2: the Tsallis map at q is alpha-entmax with alpha = q applied to z/(qT).
+docs/math.md §2: the Tsallis map at q is alpha-entmax with alpha = q applied to z/(qT).
 """
 
 import jax.numpy as jnp

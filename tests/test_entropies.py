@@ -1,6 +1,6 @@
-"""The entropy families themselves (MATH.md §2): values, gradients, laws, validation.
+"""The entropy families themselves (docs/math.md §2): values, gradients, laws, validation.
 
-References: the defining formulas of MATH.md §2 in mpmath (`helpers.RefFamily`), their
+References: the defining formulas of docs/math.md §2 in mpmath (`helpers.RefFamily`), their
 mpmath derivatives, autodiff of `value`, round trips of the law and its inverse, and the
 symmetries of the definitions.
 """
@@ -34,7 +34,7 @@ def _tangent(h):
 
 @pytest.mark.parametrize("spec", SPECS, ids=spec_id)
 def test_entropy_value_and_grad(spec):
-    # References: the defining formula of MATH.md §2 in mpmath (tolerance 1e-14 (1 + |S|));
+    # References: the defining formula of docs/math.md §2 in mpmath (tolerance 1e-14 (1 + |S|));
     # h = dS/drho of that formula in mpmath (tolerance 1e-13 (1 + max|h|)); the tangent part of
     # jax.grad(value) (tolerance 1e-12 (1 + max|h|)).
     entropy = make(spec)
@@ -85,7 +85,7 @@ def test_grad_is_autodiff_of_value(spec):
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if not tsallis_shaped(s)], ids=spec_id)
 def test_separable_law_methods(spec):
-    # References: G, G' of MATH.md §2 in mpmath (tolerance 1e-13 relative; G' by mpmath
+    # References: G, G' of docs/math.md §2 in mpmath (tolerance 1e-13 relative; G' by mpmath
     # differentiation) and the round trip G_inverse(G(x)) = x on x in [1e-4, 1] (tolerance: its
     # condition number, G_inverse works in the gauge G - G(1)).
     entropy = make(spec)
@@ -117,7 +117,7 @@ def test_abe_G_inverse_deep_tail():
 
 
 def test_abe_value_reciprocal_symmetry():
-    # Reference: S_A(q) = S_A(1/q) (MATH.md §2); tolerance 1e-15 (1 + |S|).
+    # Reference: S_A(q) = S_A(1/q) (docs/math.md §2); tolerance 1e-15 (1 + |S|).
     for rho in _interior_points():
         r = jnp.asarray(rho)
         for q in (0.5, 1.5, 3.0, 1 + 1e-8):

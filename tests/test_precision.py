@@ -45,8 +45,8 @@ def test_half_precision_inputs(dtype):
 def test_float32_scores_stay_float32_with_x64_enabled(spec):
     """float32 scores with a Python-float T while jax_enable_x64 is on (how the benchmark and
     a float64-verifying user call it): the solve stays in float32 and returns float32 weights
-    on the simplex. Tsallis q = 2 used to hand its solver a weakly typed float64 slope,
-    which broke the root loop's carry types."""
+    on the simplex. Tsallis q = 2 is the case to watch: a weakly typed float64 slope handed
+    to its solver would break the root loop's carry types."""
     z = jnp.asarray(np.random.default_rng(3).normal(size=(4, 32)), jnp.float32)
     rho = fd.stationary(make(spec), z, 1.0)
     assert rho.dtype == jnp.float32

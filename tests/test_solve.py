@@ -56,7 +56,7 @@ def test_methods_agree_and_satisfy_the_law(name):
 
 @pytest.mark.parametrize("name", sorted(CUTOFF))
 def test_cutoff_support_condition(name):
-    # reference: the KKT condition of MATH.md §2 off the support, T G(0+) - z_i >= lambda,
+    # reference: the KKT condition of docs/math.md §2 off the support, T G(0+) - z_i >= lambda,
     # with G(0+) = 0 for Tsallis q > 1 (Renyi / S-M: the Tsallis G at T_eff); tol 1e-12
     entropy = FAMILIES[name]
     zeros = 0

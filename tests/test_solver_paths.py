@@ -58,12 +58,11 @@ def test_abe_row_blocks_match_rowwise():
 @pytest.mark.parametrize("q", [3.0, 0.4])
 def test_abe_wide_rows_converge(q):
     """Abe with Q = max(q, 1/q) >= 2.5 on 512-key rows of gaussian, Cauchy and exponential
-    scores at T = 0.01 ... 10 (768 rows, float64). Before the fix the root iteration could
-    cycle (components not converged after their warm-started steps, Newton on nu bouncing
-    between two values) and return weights summing to 1.13-1.46 after 200 iterations; 5
-    (q = 3) and 8 (q = 0.4) of these rows did. Reference: the stationary law itself (numpy,
-    Abe's G in closed form): sum to 1e-13 (the solver stops at 4 eps; 1.7e-14 measured),
-    T G(rho_i) - z_i one constant per row to 1e-10 relative."""
+    scores at T = 0.01 ... 10 (768 rows, float64): rows on which an unguarded root
+    iteration cycles (components not converged after their warm-started steps, Newton on nu
+    bouncing between two values) and stops with weights far off the simplex. Reference: the
+    stationary law itself (numpy, Abe's G in closed form): sum to 1e-13 (the solver stops at
+    4 eps; 1.7e-14 measured), T G(rho_i) - z_i one constant per row to 1e-10 relative."""
     rng = np.random.default_rng(1)
     draws = [rng.normal(size=(64, 512)), rng.standard_cauchy(size=(64, 512)),
              rng.exponential(size=(64, 512))]

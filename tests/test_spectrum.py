@@ -1,9 +1,9 @@
 """relaxation_spectrum against the finite-difference Jacobian of the equations of motion.
 
-Reference: the sphere-chart equations of MATH.md §6, $4m\\ddot x = 2x(\\lambda - g) -
+Reference: the sphere-chart equations of docs/math.md §6, $4m\\ddot x = 2x(\\lambda - g) -
 4\\gamma\\dot x$, $\\lambda = \\sum x^2 g - 2m\\sum\\dot x^2$ (overdamped: $2\\gamma\\dot x =
 x(\\lambda - g)$, $\\lambda = \\sum x^2 g$), written here in numpy with each family's
-$h = dS/d\\rho$ typed in from MATH.md §2; central differences (h = 1e-6) of the vector field at
+$h = dS/d\\rho$ typed in from docs/math.md §2; central differences (h = 1e-6) of the vector field at
 the fixed point, restricted to the tangent space of the constraint (an invariant subspace);
 its eigenvalues must be the rates $s_k$ of `relaxation_spectrum`.
 """
@@ -100,6 +100,6 @@ def test_shannon_isotropic_and_regimes():
         sp = fd.relaxation_spectrum(fd.Shannon(), z, T, mass=m, damping=gamma)
         np.testing.assert_allclose(sp.omega2, T, rtol=1e-12)
         assert np.all(np.asarray(sp.regime) == regime)
-    # Kaniadakis spreads the spectrum (MATH.md §6), stiffest at the low-weight keys
+    # Kaniadakis spreads the spectrum (docs/math.md §6), stiffest at the low-weight keys
     sp = fd.relaxation_spectrum(fd.Kaniadakis(0.5), z, T, mass=m, damping=1.0)
     assert np.ptp(np.asarray(sp.omega2)) > 0.1 * T

@@ -1,4 +1,4 @@
-"""The fixed-temperature stationary operators against independent references (MATH.md §2-3).
+"""The fixed-temperature stationary operators against independent references (docs/math.md §2-3).
 
 References used here, none of them sharing code with `fisherdyn` (see `helpers.py`):
 - an mpmath solve at 40 digits of `T G(rho_i) = z_i + lambda`, `sum rho = 1` (bracketed
@@ -74,7 +74,7 @@ DENSE_SPECS = [s for s in SPECS if not compact_q(s)]
     ids=spec_id)
 def test_tail_relative_accuracy(spec):
     # Reference: the 40-digit mpmath solve on scores spanning 3e3 at T = 0.1 (|w| up to 3e4):
-    # the dense families' tails (algebraic: MATH.md §2) to 1e-10 relative (+1e-300 absolute).
+    # the dense families' tails (algebraic: docs/math.md §2) to 1e-10 relative (+1e-300 absolute).
     T = 0.1
     fam = RefFamily(spec)
     with mp.workdps(DPS):
@@ -238,7 +238,7 @@ def test_sharma_mittal_limits():
 
 
 def test_kaniadakis_sign_symmetry():
-    # Reference: MATH.md §2, S_kappa = S_{-kappa}; the map is identical (tolerance 0 / 1e-15).
+    # Reference: docs/math.md §2, S_kappa = S_{-kappa}; the map is identical (tolerance 0 / 1e-15).
     for z, T in CASES:
         np.testing.assert_array_equal(stat(fd.Kaniadakis(0.3), z, T),
                                       stat(fd.Kaniadakis(-0.3), z, T))

@@ -1,4 +1,4 @@
-"""Derivatives of the stationary operators (MATH.md §3): Jacobian, JVP / VJP, and the
+"""Derivatives of the stationary operators (docs/math.md §3): Jacobian, JVP / VJP, and the
 gradients in the temperature and in the family parameters.
 
 References: central finite differences of the operator, autodiff through its custom JVP
