@@ -162,6 +162,16 @@ def derivs(entropy, z, T, seed=0):
 # --------------------------------------------------------------------------- numpy references
 
 
+def central_jacobian(f, x, h):
+    """Central finite-difference Jacobian of `f` at `x`, column by column (error O(h^2))."""
+    cols = []
+    for j in range(len(x)):
+        e = np.zeros(len(x))
+        e[j] = h
+        cols.append((f(x + e) - f(x - e)) / (2 * h))
+    return np.stack(cols, axis=1)
+
+
 def sparsemax(z):
     """Sort-based sparsemax (Martins & Astudillo 2016), the Euclidean simplex projection of
     the last axis."""

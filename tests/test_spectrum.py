@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import h_reference
+from helpers import central_jacobian, h_reference
 
 import fisherdyn as fd
 
@@ -36,12 +36,7 @@ def sphere_field(entropy, z, T, m, gamma):
 def fd_tangent_eigenvalues(f, x_star, inertial, step=1e-6):
     n = x_star.size
     y0 = np.concatenate([x_star, np.zeros(n)]) if inertial else x_star.copy()
-    d = y0.size
-    J = np.empty((d, d))
-    for j in range(d):
-        e = np.zeros(d)
-        e[j] = step
-        J[:, j] = (f(y0 + e) - f(y0 - e)) / (2 * step)
+    J = central_jacobian(f, y0, step)
     # orthonormal basis of {x* . dx = 0} (and {x* . dv = 0})
     Q = np.linalg.svd(x_star[None, :])[2][1:].T  # (n, n-1)
     B = np.block([[Q, np.zeros_like(Q)], [np.zeros_like(Q), Q]]) if inertial else Q

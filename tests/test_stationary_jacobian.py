@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-from helpers import SPECS, Z_A, derivs, make, record, spec_id, stat
+from helpers import SPECS, Z_A, central_jacobian, derivs, make, record, spec_id, stat
 
 import fisherdyn as fd
 
@@ -27,12 +27,7 @@ JAC_CASES = [(spec, Z_DENSE, 1.0) for spec in SPECS] + [
 
 
 def _fd_jacobian(entropy, z, T, h=1e-6):
-    cols = []
-    for j in range(len(z)):
-        e = np.zeros(len(z))
-        e[j] = h
-        cols.append((stat(entropy, z + e, T) - stat(entropy, z - e, T)) / (2 * h))
-    return np.stack(cols, axis=1)
+    return central_jacobian(lambda z_: stat(entropy, z_, T), z, h)
 
 
 @pytest.mark.parametrize(
