@@ -1,4 +1,4 @@
-"""Abe expansion about softmax (MATH.md §4).
+"""Abe expansion about softmax (docs/math.md §4).
 
 References: conservation laws (sum p c2 = sum p c4 = 0, constant lambda0), the exact Abe map
 from `fisherdyn.stationary` and from the independent `solve_stationary(method="scipy")`
@@ -11,16 +11,16 @@ import jax.numpy as jnp
 import mpmath as mp
 import numpy as np
 import pytest
+from helpers import jit_stationary  # one compilation; the Abe parameter is traced
 
 import fisherdyn as fd
 
 Z = np.array([1.3, 0.4, -0.2, -1.1, 0.8, -2.5])
 T = 0.7
-stationary = jax.jit(fd.stationary)  # one compilation; the Abe parameter is traced
 
 
 def _exact(eps, z=Z, T=T):
-    return np.asarray(stationary(fd.Abe(float(np.exp(eps))), jnp.asarray(z), T))
+    return np.asarray(jit_stationary(fd.Abe(float(np.exp(eps))), jnp.asarray(z), T))
 
 
 def _mp_abe_map(z, T, eps):
@@ -192,6 +192,6 @@ def test_jit_vmap_grad():
     h = 1e-5
     fdiff = (loss(jnp.asarray(Z) + h * d) - loss(jnp.asarray(Z) - h * d)) / (2 * h)
     np.testing.assert_allclose(float(jnp.dot(g, d)), float(fdiff), rtol=1e-7)
-    # the map is flat in eps at eps = 0 (MATH.md §4): d/deps = 0 there
+    # the map is flat in eps at eps = 0 (docs/math.md §4): d/deps = 0 there
     dz = jax.jacfwd(lambda e: fd.abe_series(jnp.asarray(Z), T, e, 4))(0.0)
     assert float(jnp.max(jnp.abs(dz))) == 0.0

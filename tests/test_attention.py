@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import sparsemax
 
 import fisherdyn as fd
 
@@ -27,17 +28,6 @@ def softmax_attention_np(q, k, v, T, mask=None):
     tot = e.sum(-1, keepdims=True)
     w = np.where(tot > 0, e / np.where(tot > 0, tot, 1.0), 0.0)
     return w @ v, w
-
-
-def sparsemax_np(z):
-    """Hand-written sparsemax (Martins & Astudillo 2016, sort-based), last axis."""
-    zs = -np.sort(-z, -1)
-    cs = np.cumsum(zs, -1)
-    r = np.arange(1, z.shape[-1] + 1)
-    support = 1 + r * zs > cs
-    k = support.sum(-1, keepdims=True)
-    tau = (np.take_along_axis(cs, k - 1, -1) - 1) / k
-    return np.maximum(z - tau, 0.0)
 
 
 @pytest.mark.parametrize("T", [None, 0.7, "per-head"])
@@ -94,11 +84,11 @@ def test_mask_equals_deleting_keys(entropy):
 
 
 def test_tsallis2_is_sparsemax_attention():
-    # Reference: MATH.md §2, Tsallis q = 2 is sparsemax(z / (2T)); hand-written sort-based
+    # Reference: docs/math.md §2, Tsallis q = 2 is sparsemax(z / (2T)); hand-written sort-based
     # sparsemax. Tolerance 1e-12.
     T = 0.4
     z = Q @ np.swapaxes(K, -1, -2)
-    ref_w = sparsemax_np(z / (2 * T))
+    ref_w = sparsemax(z / (2 * T))
     assert np.any(ref_w == 0.0)  # the check exercises a sparse support
     out = jax.jit(lambda q, k, v: fd.attention(q, k, v, fd.Tsallis(2.0), T=T))(Q, K, V)
     np.testing.assert_allclose(np.asarray(out), ref_w @ V, rtol=0, atol=1e-12)

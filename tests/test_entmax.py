@@ -1,19 +1,17 @@
 """Tsallis stationary map against the `entmax` package (optional: `pip install .[entmax]`).
 
-MATH.md §2: the Tsallis map at q is alpha-entmax with alpha = q applied to z/(qT).
+docs/math.md §2: the Tsallis map at q is alpha-entmax with alpha = q applied to z/(qT).
 """
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import jit_stationary
 
 import fisherdyn as fd
 
 torch = pytest.importorskip("torch")
 entmax = pytest.importorskip("entmax")
-
-_stat = jax.jit(fd.stationary)
 
 
 @pytest.mark.parametrize("q", [1.25, 1.5, 2.0, 3.0])
@@ -25,7 +23,7 @@ def test_tsallis_equals_entmax_bisect(q):
     for T in (0.3, 1.0, 4.0):
         ref = entmax.entmax_bisect(torch.tensor(Z / (q * T), dtype=torch.float64), alpha=q,
                                    dim=-1, n_iter=200).numpy()
-        rho = np.asarray(_stat(fd.Tsallis(jnp.asarray(q)), jnp.asarray(Z), jnp.asarray(T)))
+        rho = np.asarray(jit_stationary(fd.Tsallis(jnp.asarray(q)), jnp.asarray(Z), jnp.asarray(T)))
         np.testing.assert_allclose(rho, ref, rtol=0, atol=1e-6)
         # same support (entries clearly inside or outside it)
         clear = (ref > 1e-6) | (ref == 0)

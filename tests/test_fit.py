@@ -1,7 +1,7 @@
 """Fitting the damped Fisher-Lagrangian dynamics to measured paths (`fisherdyn.fit_path`).
 
 The recovery tests simulate paths with `fisherdyn.simulate` (an independent integration of
-MATH.md §6, not the fitter's forward model), add noise, and check that the fitter returns
+docs/math.md §6, not the fitter's forward model), add noise, and check that the fitter returns
 the generating parameters. All fits share one data shape, so the fitter compiles once.
 """
 

@@ -1,32 +1,19 @@
 """`solve_stationary`: the independent root-solver realization of the stationary map.
 
 References: the other method of the same function (optimistix vs scipy), the closed forms
-softmax and sparsemax (hand-written here), the stationarity law itself (residual,
-off-support inequality), and `fisherdyn.stationary` (the production operator).
+softmax and sparsemax (hand-written; `helpers.sparsemax`), the stationarity law itself
+(residual, off-support inequality), and `fisherdyn.stationary` (the production operator).
 """
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import SOLVE_FAMILIES as FAMILIES
+from helpers import jit_stationary, sparsemax
 
 import fisherdyn as fd
 
-FAMILIES = {
-    "shannon": fd.Shannon(),
-    "tsallis1.5": fd.Tsallis(1.5),
-    "tsallis2": fd.Tsallis(2.0),
-    "tsallis0.7": fd.Tsallis(0.7),
-    "renyi2": fd.Renyi(2.0),
-    "renyi0.7": fd.Renyi(0.7),
-    "sharma_mittal2,1.5": fd.SharmaMittal(2.0, 1.5),
-    "kaniadakis0.3": fd.Kaniadakis(0.3),
-    "burg": fd.Burg(),
-    "abe1.5": fd.Abe(1.5),
-    "abe0.5": fd.Abe(0.5),
-}
-# jitted once per family (entropy parameters and T traced): keeps the suite fast
-stationary = jax.jit(fd.stationary)
 CUTOFF = {"tsallis1.5", "tsallis2", "renyi2", "sharma_mittal2,1.5"}  # Tsallis-shaped, q > 1
 
 _rng = np.random.default_rng(20240611)
@@ -40,17 +27,6 @@ TEMPS = [0.5, 1.7]
 CASES = [(i, T) for i in range(len(SCORES)) for T in TEMPS]
 
 
-def _sparsemax(x):
-    """Sort-based sparsemax (Martins & Astudillo 2016), written independently here."""
-    s = np.sort(x)[::-1]
-    k = np.arange(1, x.size + 1)
-    cums = np.cumsum(s)
-    support = 1 + k * s > cums
-    kz = k[support][-1]
-    tau = (cums[kz - 1] - 1) / kz
-    return np.maximum(x - tau, 0.0)
-
-
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_methods_agree_and_satisfy_the_law(name):
     entropy = FAMILIES[name]
@@ -60,7 +36,7 @@ def test_methods_agree_and_satisfy_the_law(name):
         a = fd.solve_stationary(entropy, z, T, method="optimistix")
         b = fd.solve_stationary(entropy, z, T, method="scipy")
         assert bool(a.converged) and bool(b.converged)
-        ref = stationary(entropy, z, T)
+        ref = jit_stationary(entropy, z, T)
         # reference: the other method (optimistix vs scipy brentq); tolerance 1e-12
         worst["methods"] = max(worst["methods"], float(jnp.max(jnp.abs(a.rho - b.rho))))
         assert abs(float(a.lam - b.lam)) <= 1e-12 * (1 + abs(float(b.lam)))
@@ -80,7 +56,7 @@ def test_methods_agree_and_satisfy_the_law(name):
 
 @pytest.mark.parametrize("name", sorted(CUTOFF))
 def test_cutoff_support_condition(name):
-    # reference: the KKT condition of MATH.md §2 off the support, T G(0+) - z_i >= lambda,
+    # reference: the KKT condition of docs/math.md §2 off the support, T G(0+) - z_i >= lambda,
     # with G(0+) = 0 for Tsallis q > 1 (Renyi / S-M: the Tsallis G at T_eff); tol 1e-12
     entropy = FAMILIES[name]
     zeros = 0
@@ -105,7 +81,7 @@ def test_closed_forms(method):
         np.testing.assert_allclose(np.asarray(s.rho), e / e.sum(), rtol=0, atol=1e-13)
         # reference: Tsallis q = 2 is sparsemax of z/(2T) (sort-based); tolerance 1e-13
         s = fd.solve_stationary(fd.Tsallis(2.0), jnp.asarray(z), T, method=method)
-        np.testing.assert_allclose(np.asarray(s.rho), _sparsemax(z / (2 * T)), rtol=0, atol=1e-13)
+        np.testing.assert_allclose(np.asarray(s.rho), sparsemax(z / (2 * T)), rtol=0, atol=1e-13)
 
 
 @pytest.mark.parametrize("name", ["tsallis1.5", "abe1.5", "renyi2"])
@@ -155,7 +131,7 @@ def test_renyi_branches_and_the_M0_hint():
         # reference: the other method; tolerance 1e-12
         np.testing.assert_allclose(by_method["optimistix"], by_method["scipy"], atol=1e-12)
         # reference: fisherdyn.stationary (least-F branch, separate code); tolerance 1e-12
-        ref = stationary(entropy, z, T)
+        ref = jit_stationary(entropy, z, T)
         np.testing.assert_allclose(default.rho, ref, rtol=0, atol=1e-12)
 
 

@@ -1,9 +1,9 @@
 """relaxation_spectrum against the finite-difference Jacobian of the equations of motion.
 
-Reference: the sphere-chart equations of MATH.md §6, $4m\\ddot x = 2x(\\lambda - g) -
+Reference: the sphere-chart equations of docs/math.md §6, $4m\\ddot x = 2x(\\lambda - g) -
 4\\gamma\\dot x$, $\\lambda = \\sum x^2 g - 2m\\sum\\dot x^2$ (overdamped: $2\\gamma\\dot x =
 x(\\lambda - g)$, $\\lambda = \\sum x^2 g$), written here in numpy with each family's
-$h = dS/d\\rho$ typed in from MATH.md §2; central differences (h = 1e-6) of the vector field at
+$h = dS/d\\rho$ typed in from docs/math.md §2; central differences (h = 1e-6) of the vector field at
 the fixed point, restricted to the tangent space of the constraint (an invariant subspace);
 its eigenvalues must be the rates $s_k$ of `relaxation_spectrum`.
 """
@@ -12,24 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import central_jacobian, h_reference
 
 import fisherdyn as fd
-
-
-def h_reference(entropy, rho):
-    """dS/drho from MATH.md §2 (numpy), finite on the boundary for the cutoff families."""
-    if isinstance(entropy, fd.Kaniadakis):
-        k = abs(float(entropy.kappa))
-        return -((1 + k) * rho**k - (1 - k) * rho ** (-k)) / (2 * k)
-    if isinstance(entropy, fd.Renyi):
-        q = float(entropy.q)
-        return q * rho ** (q - 1) / ((1 - q) * np.sum(rho**q))
-    if isinstance(entropy, fd.Tsallis):
-        q = float(entropy.q)
-        return -q * rho ** (q - 1) / (q - 1)
-    if isinstance(entropy, fd.Shannon):
-        return -(1.0 + np.log(rho))
-    raise NotImplementedError(type(entropy))
 
 
 def sphere_field(entropy, z, T, m, gamma):
@@ -51,12 +36,7 @@ def sphere_field(entropy, z, T, m, gamma):
 def fd_tangent_eigenvalues(f, x_star, inertial, step=1e-6):
     n = x_star.size
     y0 = np.concatenate([x_star, np.zeros(n)]) if inertial else x_star.copy()
-    d = y0.size
-    J = np.empty((d, d))
-    for j in range(d):
-        e = np.zeros(d)
-        e[j] = step
-        J[:, j] = (f(y0 + e) - f(y0 - e)) / (2 * step)
+    J = central_jacobian(f, y0, step)
     # orthonormal basis of {x* . dx = 0} (and {x* . dv = 0})
     Q = np.linalg.svd(x_star[None, :])[2][1:].T  # (n, n-1)
     B = np.block([[Q, np.zeros_like(Q)], [np.zeros_like(Q), Q]]) if inertial else Q
@@ -115,6 +95,6 @@ def test_shannon_isotropic_and_regimes():
         sp = fd.relaxation_spectrum(fd.Shannon(), z, T, mass=m, damping=gamma)
         np.testing.assert_allclose(sp.omega2, T, rtol=1e-12)
         assert np.all(np.asarray(sp.regime) == regime)
-    # Kaniadakis spreads the spectrum (MATH.md §6), stiffest at the low-weight keys
+    # Kaniadakis spreads the spectrum (docs/math.md §6), stiffest at the low-weight keys
     sp = fd.relaxation_spectrum(fd.Kaniadakis(0.5), z, T, mass=m, damping=1.0)
     assert np.ptp(np.asarray(sp.omega2)) > 0.1 * T

@@ -1,0 +1,157 @@
+"""The entropy families themselves (docs/math.md §2): values, gradients, laws, validation.
+
+References: the defining formulas of docs/math.md §2 in mpmath (`helpers.RefFamily`), their
+mpmath derivatives, autodiff of `value`, round trips of the law and its inverse, and the
+symmetries of the definitions.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import mpmath as mp
+import numpy as np
+import pytest
+from helpers import DPS, SPECS, RefFamily, make, record, spec_id, tsallis_shaped
+
+import fisherdyn as fd
+
+
+# --------------------------------------------------------------------------- entropy methods
+
+
+def _interior_points(n=7, k=3):
+    rng = np.random.default_rng(7)
+    pts = [rng.dirichlet(np.ones(n)) for _ in range(k)]
+    pts.append(np.r_[0.97, np.full(n - 1, 0.03 / (n - 1))])  # a peaked point with small entries
+    return pts
+
+
+def _tangent(h):
+    """Projection on the simplex tangent space (constants drop out of the stationary law)."""
+    return h - h.mean(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=spec_id)
+def test_entropy_value_and_grad(spec):
+    # References: the defining formula of docs/math.md §2 in mpmath (tolerance 1e-14 (1 + |S|));
+    # h = dS/drho of that formula in mpmath (tolerance 1e-13 (1 + max|h|)); the tangent part of
+    # jax.grad(value) (tolerance 1e-12 (1 + max|h|)).
+    entropy = make(spec)
+    fam = RefFamily(spec)
+    grad_ad = jax.grad(entropy.value)
+    for rho in _interior_points():
+        r = jnp.asarray(rho)
+        S = float(entropy.value(r))
+        with mp.workdps(DPS):
+            S_ref = float(fam.S(rho))
+            h_ref = np.array([-float(fam.minus_grad(rho, i)) for i in range(len(rho))])
+        record("|S - mpmath S| / (1 + |S|)", abs(S - S_ref) / (1 + abs(S_ref)))
+        assert abs(S - S_ref) <= 1e-14 * (1 + abs(S_ref))
+        h = np.asarray(entropy.grad(r))
+        scale = 1 + np.max(np.abs(h_ref))
+        record("|grad - mpmath dS/drho| / scale", np.max(np.abs(h - h_ref)) / scale)
+        np.testing.assert_allclose(h, h_ref, rtol=0, atol=1e-13 * scale)
+        np.testing.assert_allclose(_tangent(h), _tangent(np.asarray(grad_ad(r))), rtol=0,
+                                   atol=1e-12 * scale)
+        # mask: the kept entries form a distribution, the masked ones hold garbage; value =
+        # formula on the kept sub-vector, zero gradient on masked entries
+        mask = np.array([True, False, True, True, False, True, True])
+        sub = rho[mask] / rho[mask].sum()
+        rm = np.where(mask, 0.0, 0.5)
+        rm[mask] = sub
+        with mp.workdps(DPS):
+            S_sub = float(fam.S(sub))
+        S_m = float(entropy.value(jnp.asarray(rm), jnp.asarray(mask)))
+        assert abs(S_m - S_sub) <= 1e-14 * (1 + abs(S_sub))
+        assert np.all(np.asarray(entropy.grad(jnp.asarray(rm), jnp.asarray(mask)))[~mask] == 0)
+
+
+
+
+@pytest.mark.parametrize(
+    "spec", [s
+             for s in SPECS], ids=spec_id)
+def test_grad_is_autodiff_of_value(spec):
+    # Reference: jax.grad(value) at interior points, in full (tolerance 1e-12 (1 + max|h|)).
+    entropy = make(spec)
+    for rho in _interior_points():
+        r = jnp.asarray(rho)
+        h, h_ad = np.asarray(entropy.grad(r)), np.asarray(jax.grad(entropy.value)(r))
+        scale = 1 + np.max(np.abs(h))
+        record("|grad - jax.grad(value)| / scale", np.max(np.abs(h - h_ad)) / scale)
+        np.testing.assert_allclose(h, h_ad, rtol=0, atol=1e-12 * scale)
+
+
+@pytest.mark.parametrize("spec", [s for s in SPECS if not tsallis_shaped(s)], ids=spec_id)
+def test_separable_law_methods(spec):
+    # References: G, G' of docs/math.md §2 in mpmath (tolerance 1e-13 relative; G' by mpmath
+    # differentiation) and the round trip G_inverse(G(x)) = x on x in [1e-4, 1] (tolerance: its
+    # condition number, G_inverse works in the gauge G - G(1)).
+    entropy = make(spec)
+    fam = RefFamily(spec)
+    x = np.geomspace(1e-4, 1.0, 9)
+    G = np.asarray(entropy.G(jnp.asarray(x)))
+    Gp = np.asarray(entropy.G_prime(jnp.asarray(x)))
+    with mp.workdps(DPS):
+        G_ref = np.array([float(fam.G(mp.mpf(v))) for v in x])
+        Gp_ref = np.array([float(mp.diff(fam.G, mp.mpf(v))) for v in x])
+    np.testing.assert_allclose(G, G_ref, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(Gp, Gp_ref, rtol=1e-13)
+    back = np.asarray(entropy.G_inverse(jnp.asarray(G_ref)))
+    # condition number of x = G^-1(y) under an absolute rounding eps max(|G(1)|, |y|) of the
+    # shifted argument: rtol = 1e-13 + 8 eps max(|G(1)|, |G(x)|) / (x G'(x))
+    with mp.workdps(DPS):
+        G1 = abs(float(fam.G(mp.mpf(1))))
+    rtol = 1e-13 + 8 * np.finfo(float).eps * np.maximum(G1, np.abs(G_ref)) / (x * Gp_ref)
+    record("|G_inverse(G(x)) / x - 1| / rtol", np.max(np.abs(back / x - 1) / rtol))
+    assert np.all(np.abs(back / x - 1) <= rtol)
+
+
+def test_abe_G_inverse_deep_tail():
+    # Reference: the round trip G_inverse(G(x)) = x (tolerance 1e-12 relative) deep in the tail.
+    for q in (3.0, 0.5, 1.5):
+        x = np.array([1e-6, 1e-9])
+        G = fd.Abe(q).G(jnp.asarray(x))
+        np.testing.assert_allclose(np.asarray(fd.Abe(q).G_inverse(G)), x, rtol=1e-12)
+
+
+def test_abe_value_reciprocal_symmetry():
+    # Reference: S_A(q) = S_A(1/q) (docs/math.md §2); tolerance 1e-15 (1 + |S|).
+    for rho in _interior_points():
+        r = jnp.asarray(rho)
+        for q in (0.5, 1.5, 3.0, 1 + 1e-8):
+            a, b = float(fd.Abe(q).value(r)), float(fd.Abe(1 / q).value(r))
+            assert abs(a - b) <= 1e-15 * (1 + abs(a))
+        # q = 1 is Shannon exactly (no cancellation): tolerance 1e-15
+        assert abs(float(fd.Abe(1.0).value(r)) - float(fd.Shannon().value(r))) <= 1e-15
+        k_plus, k_minus = fd.Kaniadakis(0.3).value(r), fd.Kaniadakis(-0.3).value(r)
+        assert abs(float(k_plus) - float(k_minus)) <= 1e-15
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda: fd.Tsallis(1.0),
+        lambda: fd.Tsallis(-1.0),
+        lambda: fd.Tsallis(0.0),
+        lambda: fd.Kaniadakis(0.0),
+        lambda: fd.Kaniadakis(1.0),
+        lambda: fd.Kaniadakis(-1.0),
+        lambda: fd.Abe(0.0),
+        lambda: fd.Abe(-2.0),
+        lambda: fd.Renyi(1.0),
+        lambda: fd.Renyi(-0.5),
+        lambda: fd.SharmaMittal(2.0, 1.0),
+        lambda: fd.SharmaMittal(1.0, 2.0),
+        lambda: fd.Tsallis(float("nan")),
+    ],
+    ids=["tsallis1", "tsallis-1", "tsallis0", "kaniadakis0", "kaniadakis1", "kaniadakis-1",
+         "abe0", "abe-2", "renyi1", "renyi-0.5", "sm_r1", "sm_q1", "tsallis_nan"],
+)
+def test_bad_parameters_raise(bad):
+    with pytest.raises(ValueError):
+        bad()
