@@ -1,0 +1,251 @@
+"""Fenchel-Young losses (Blondel, Martins, Niculae 2020) and the entmax names.
+
+References: the gradient identity $\\nabla_z L = \\rho^*(z) - y$ (Danskin) by autodiff and by
+central finite differences; optax's softmax cross-entropy for Shannon; the `entmax` package
+(optional, like tests/test_entmax.py) for Tsallis, sparsemax and 1.5-entmax.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fisherdyn as fd
+from fisherdyn._attention import (
+    entmax,
+    entmax15,
+    entmax15_loss,
+    entmax_loss,
+    fenchel_young_loss,
+    sparsemax,
+    sparsemax_loss,
+)
+
+FAMILIES = {
+    "shannon": fd.Shannon(),
+    "tsallis1.5": fd.Tsallis(1.5),
+    "tsallis2": fd.Tsallis(2.0),
+    "kaniadakis0.3": fd.Kaniadakis(0.3),
+    "burg": fd.Burg(),
+    "abe1.5": fd.Abe(1.5),
+    "renyi2": fd.Renyi(2.0),
+    "sharma_mittal2,1.5": fd.SharmaMittal(2.0, 1.5),
+}
+RNG = np.random.default_rng(20251201)
+B, N = 4, 7
+Z = jnp.asarray(RNG.normal(size=(B, N)) * np.array([0.3, 1.0, 2.0, 4.0])[:, None])
+# dense targets (Burg's Omega is infinite on the simplex's boundary)
+Y = jax.nn.softmax(jnp.asarray(RNG.normal(size=(B, N)) * 1.5), axis=-1)
+LABELS = jnp.asarray(RNG.integers(0, N, size=B))
+T0 = 0.8
+
+
+def _loss(entropy, T=T0):
+    return jax.jit(lambda z, y, T: fenchel_young_loss(entropy, z, y, T))
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_gradient_identity(name):
+    # Autodiff of the loss against the closed forms rho*(z) - y and S(rho*) - S(y); the
+    # custom_jvp makes these the same numbers up to a few ulps (tolerance 1e-12).
+    entropy = FAMILIES[name]
+    loss = _loss(entropy)
+    gz, gT = jax.grad(lambda z, T: loss(z, Y, T).sum(), argnums=(0, 1))(Z, jnp.asarray(T0))
+    rho = fd.stationary(entropy, Z, T0)
+    np.testing.assert_allclose(gz, rho - Y, rtol=0, atol=1e-12)
+    dT = jnp.sum(entropy.value(rho) - entropy.value(Y))
+    np.testing.assert_allclose(gT, dT, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_gradient_finite_differences(name):
+    # Central differences in float64 with h = 1e-5: truncation ~h^2 |L'''| ~ 1e-10 and
+    # round-off ~eps |L| / h ~ 1e-11 (solver residuals are ~1e-14); tolerance 1e-7 relative
+    # to the gradient's size, so a sign or convention error (O(1)) cannot pass.
+    entropy = FAMILIES[name]
+    loss = _loss(entropy)
+    f = lambda z, T: float(loss(z, Y, jnp.asarray(T)).sum())
+    gz, gT = jax.grad(lambda z, T: loss(z, Y, T).sum(), argnums=(0, 1))(Z, jnp.asarray(T0))
+    h = 1e-5
+    for d in RNG.normal(size=(2, B, N)):
+        d = jnp.asarray(d)
+        fd_dir = (f(Z + h * d, T0) - f(Z - h * d, T0)) / (2 * h)
+        np.testing.assert_allclose(fd_dir, float(jnp.sum(gz * d)), rtol=1e-7, atol=1e-8)
+    fd_T = (f(Z, T0 + h) - f(Z, T0 - h)) / (2 * h)
+    np.testing.assert_allclose(fd_T, float(gT), rtol=1e-7, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_nonnegative_and_zero_at_the_maximizer(name):
+    # Fenchel-Young inequality: L >= 0 for every target because stationary returns the
+    # global maximizer of <z, rho> + T S(rho), concave S or not (Renyi(2) and
+    # Sharma-Mittal(2, 1.5) are not concave on N >= 3 keys, and are tested all the same).
+    # L = 0 at y = rho*(z) up to round-off of the O(1) terms that cancel: 1e-12.
+    entropy = FAMILIES[name]
+    loss = _loss(entropy)
+    z = jnp.asarray(RNG.normal(size=(64, N)) * 3.0)
+    ys = [jax.nn.softmax(jnp.asarray(RNG.normal(size=(64, N)) * s), -1) for s in (0.3, 3.0)]
+    if name != "burg":  # one-hot targets: Burg's loss is +inf there
+        ys.append(jax.nn.one_hot(RNG.integers(0, N, size=64), N, dtype=z.dtype))
+        assert np.all(np.isinf(np.asarray(fenchel_young_loss(fd.Burg(), z, ys[-1]))))
+    for y in ys:
+        assert np.all(np.asarray(loss(z, y, T0)) >= -1e-12)
+    rho = fd.stationary(entropy, z, T0)
+    np.testing.assert_allclose(loss(z, rho, T0), 0.0, rtol=0, atol=1e-12)
+
+
+def test_second_derivative_is_the_stationary_jacobian():
+    # The tangent of the custom JVP differentiates through `stationary`, so the Hessian in z
+    # is its exact Jacobian (MATH.md §3); tolerance 1e-12.
+    for entropy in (fd.Tsallis(1.5), fd.Renyi(2.0)):
+        z = Z[2]
+        H = jax.hessian(lambda z: fenchel_young_loss(entropy, z, Y[2], T0))(z)
+        np.testing.assert_allclose(H, fd.stationary_jacobian(entropy, z, T0), atol=1e-12)
+
+
+def test_parameter_gradient():
+    # d/dq at fixed (z, y) is T (dS/dq (rho*) - dS/dq (y)) (Danskin again); against central
+    # differences in q (h = 1e-5, float64; tolerance 1e-7 as above).
+    f = jax.jit(lambda q: fenchel_young_loss(fd.Tsallis(q), Z, Y, T0).sum())
+    q = jnp.asarray(1.7)
+    h = 1e-5
+    np.testing.assert_allclose(jax.grad(f)(q), (f(q + h) - f(q - h)) / (2 * h), rtol=1e-7)
+
+
+def test_shannon_is_softmax_cross_entropy():
+    # optax's softmax cross-entropy (log-softmax in float64): one-hot targets equal it,
+    # soft targets equal it minus H(y). Tolerance 1e-13: a logsumexp at round-off.
+    optax = pytest.importorskip("optax")
+    onehot = jax.nn.one_hot(LABELS, N, dtype=Z.dtype)
+    np.testing.assert_allclose(
+        fenchel_young_loss(fd.Shannon(), Z, onehot), optax.softmax_cross_entropy(Z, onehot),
+        rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(
+        fenchel_young_loss(fd.Shannon(), Z, LABELS), optax.softmax_cross_entropy(Z, onehot),
+        rtol=1e-13, atol=1e-13)
+    H = -jnp.sum(Y * jnp.log(Y), -1)
+    np.testing.assert_allclose(
+        fenchel_young_loss(fd.Shannon(), Z, Y), optax.softmax_cross_entropy(Z, Y) - H,
+        rtol=1e-13, atol=1e-13)
+    # a temperature: T * CE(z / T, y) - T H(y)
+    np.testing.assert_allclose(
+        fenchel_young_loss(fd.Shannon(), Z, Y, 2.5),
+        2.5 * (optax.softmax_cross_entropy(Z / 2.5, Y) - H), rtol=1e-13, atol=1e-13)
+
+
+def test_entmax_names_against_the_entmax_package():
+    # entmax.sparsemax / entmax15 are sort-based closed forms: tolerance 1e-12 (our solver
+    # stops at round-off). entmax_bisect (float64, 200 bisection steps): 1e-6, the
+    # bisection's own resolution, as in tests/test_entmax.py.
+    torch = pytest.importorskip("torch")
+    em = pytest.importorskip("entmax")
+    z = np.asarray(RNG.normal(size=(6, 11)) * np.array([0.1, 1.0, 3.0, 10.0, 0.5, 2.0])[:, None])
+    zt = torch.tensor(z, dtype=torch.float64)
+    np.testing.assert_allclose(sparsemax(jnp.asarray(z)), em.sparsemax(zt, dim=-1).numpy(),
+                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(entmax15(jnp.asarray(z)), em.entmax15(zt, dim=-1).numpy(),
+                               rtol=0, atol=1e-12)
+    for alpha in (1.25, 1.5, 2.0, 3.0):
+        ref = em.entmax_bisect(zt, alpha=alpha, dim=-1, n_iter=200).numpy()
+        np.testing.assert_allclose(entmax(jnp.asarray(z), alpha), ref, rtol=0, atol=1e-6)
+    # along another axis
+    np.testing.assert_allclose(sparsemax(jnp.asarray(z.T), axis=0),
+                               em.sparsemax(zt, dim=-1).numpy().T, rtol=0, atol=1e-12)
+
+
+def test_entmax_losses_against_the_entmax_package():
+    # The package takes integer class targets; ours takes them too (and one-hot rows).
+    # Tolerances as for the maps (1e-12 closed forms, 1e-6 bisection).
+    torch = pytest.importorskip("torch")
+    em = pytest.importorskip("entmax")
+    z = np.asarray(RNG.normal(size=(6, 11)) * 2.0)
+    labels = RNG.integers(0, 11, size=6)
+    zt, lt = torch.tensor(z, dtype=torch.float64), torch.tensor(labels)
+    onehot = jax.nn.one_hot(jnp.asarray(labels), 11, dtype=jnp.float64)
+    np.testing.assert_allclose(sparsemax_loss(jnp.asarray(z), onehot),
+                               em.sparsemax_loss(zt, lt).numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(sparsemax_loss(jnp.asarray(z), jnp.asarray(labels)),
+                               em.sparsemax_loss(zt, lt).numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(entmax15_loss(jnp.asarray(z), onehot),
+                               em.entmax15_loss(zt, lt).numpy(), rtol=0, atol=1e-12)
+    for alpha in (1.25, 1.5, 2.0, 3.0):
+        ref = em.entmax_bisect_loss(zt, lt, alpha, 200).numpy()
+        np.testing.assert_allclose(entmax_loss(jnp.asarray(z), onehot, alpha), ref,
+                                   rtol=0, atol=1e-6)
+
+
+def test_alpha_one_is_softmax():
+    # entmax issues #23/#24: alpha = 1 must be softmax, concrete or traced (tolerance:
+    # round-off of one softmax, 1e-15), with finite gradients in z and alpha.
+    np.testing.assert_allclose(entmax(Z, 1.0), jax.nn.softmax(Z), rtol=0, atol=1e-15)
+    f = jax.jit(entmax)
+    np.testing.assert_allclose(f(Z, jnp.asarray(1.0)), jax.nn.softmax(Z), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(f(Z, jnp.asarray(1.5)), entmax15(Z), rtol=0, atol=1e-12)
+    g = jax.jit(jax.grad(lambda z, a: entmax_loss(z, LABELS, a).sum(), argnums=(0, 1)))
+    for a in (1.0, 1.3):
+        gz, ga = g(Z, jnp.asarray(a))
+        assert np.all(np.isfinite(gz)) and np.isfinite(ga)
+    np.testing.assert_allclose(
+        entmax_loss(Z, LABELS, 1.0), fenchel_young_loss(fd.Shannon(), Z, LABELS), atol=1e-15)
+    with pytest.raises(ValueError, match="alpha > 0"):
+        entmax(Z, 0.0)
+
+
+def test_jit_vmap_grad():
+    # The same numbers eagerly, under jit and under vmap (tolerance: round-off, 1e-13).
+    e = fd.Kaniadakis(0.3)
+    eager = fenchel_young_loss(e, Z, Y, T0)
+    np.testing.assert_allclose(_loss(e)(Z, Y, T0), eager, rtol=1e-13)
+    vm = jax.vmap(lambda z, y: fenchel_young_loss(e, z, y, T0))(Z, Y)
+    np.testing.assert_allclose(vm, eager, rtol=1e-13)
+    # per-row temperatures (batch-shaped T) equal the rows solved one at a time
+    Ts = jnp.asarray([0.5, 1.0, 2.0, 4.0])
+    rows = [fenchel_young_loss(e, Z[i], Y[i], Ts[i]) for i in range(B)]
+    np.testing.assert_allclose(fenchel_young_loss(e, Z, Y, Ts), rows, rtol=1e-12)
+    g = jax.vmap(jax.grad(lambda z, y: fenchel_young_loss(e, z, y, T0)))(Z, Y)
+    np.testing.assert_allclose(g, fd.stationary(e, Z, T0) - Y, atol=1e-12)
+
+
+def test_masks_and_axis():
+    # A masked key is excluded: the loss equals the loss on the kept keys alone (1e-13),
+    # its gradient there is exactly 0; -inf scores mean the same; `axis` moves the keys.
+    e = fd.Tsallis(1.5)
+    keep = np.ones((B, N), bool)
+    keep[:, -2:] = False
+    y = jnp.where(keep, Y, 0.0)
+    y = y / y.sum(-1, keepdims=True)
+    ref = fenchel_young_loss(e, Z[:, :-2], y[:, :-2], T0)
+    np.testing.assert_allclose(fenchel_young_loss(e, Z, y, T0, mask=keep), ref, rtol=1e-13)
+    zinf = jnp.where(keep, Z, -jnp.inf)
+    np.testing.assert_allclose(fenchel_young_loss(e, zinf, y, T0), ref, rtol=1e-13)
+    g = jax.grad(lambda z: fenchel_young_loss(e, z, y, T0, mask=keep).sum())(Z)
+    assert np.all(np.asarray(g)[~keep] == 0)
+    g = jax.grad(lambda z: fenchel_young_loss(e, z, y, T0).sum())(zinf)
+    assert np.all(np.isfinite(g)) and np.all(np.asarray(g)[~keep] == 0)
+    np.testing.assert_allclose(fenchel_young_loss(e, Z.T, Y.T, T0, axis=0),
+                               fenchel_young_loss(e, Z, Y, T0), rtol=1e-13)
+
+
+def test_invalid_targets_raise():
+    # Checked at run time with eqx.error_if: also under jit.
+    e = fd.Shannon()
+    f = jax.jit(lambda z, y: fenchel_young_loss(e, z, y))
+    bad = Y.at[0, 0].add(-1.0)
+    for y, msg in ((bad, "target must be >= 0"), (Y * 1.01, "sum to 1"),
+                   (Y.at[0, 0].set(jnp.nan), "target must be >= 0")):
+        with pytest.raises(Exception, match=msg):
+            fenchel_young_loss(e, Z, y)
+        with pytest.raises(Exception, match=msg):
+            f(Z, y)
+    keep = np.ones((B, N), bool)
+    keep[0, 0] = False
+    with pytest.raises(Exception, match="0 on masked"):
+        fenchel_young_loss(e, Z, Y, mask=keep)
+    with pytest.raises(Exception, match="class labels"):
+        fenchel_young_loss(e, Z, LABELS.at[0].set(N))
+    with pytest.raises(ValueError, match="neither a distribution"):
+        fenchel_young_loss(e, Z, Y[:, :3])
+    with pytest.raises(TypeError, match="mask must be boolean"):
+        fenchel_young_loss(e, Z, Y, mask=keep.astype(float))
+    with pytest.raises(Exception, match="T must be finite"):
+        fenchel_young_loss(e, Z, Y, T=0.0)
