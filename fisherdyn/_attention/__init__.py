@@ -8,3 +8,4 @@ from ._losses import (
     sparsemax as sparsemax,
     sparsemax_loss as sparsemax_loss,
 )
+from ._flax import flax_attention_fn as flax_attention_fn
