@@ -9,3 +9,4 @@ from ._losses import (
     sparsemax_loss as sparsemax_loss,
 )
 from ._flax import flax_attention_fn as flax_attention_fn
+from ._equinox import MultiheadAttention as MultiheadAttention
