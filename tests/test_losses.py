@@ -5,6 +5,8 @@ central finite differences; optax's softmax cross-entropy for Shannon; the `entm
 (optional, like tests/test_entmax.py) for Tsallis, sparsemax and 1.5-entmax.
 """
 
+import functools as ft
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 
 import fisherdyn as fd
+from fisherdyn._misc import RUN_ONCE
 from fisherdyn._attention import (
     entmax,
     entmax15,
@@ -41,9 +44,10 @@ LABELS = jnp.asarray(RNG.integers(0, N, size=B))
 T0 = 0.8
 
 
-@eqx.filter_jit
+@ft.partial(eqx.filter_jit, **RUN_ONCE)
 def _probe(entropy, z, y, T):
-    """(L, dL/dz, dL/dT, rho*) in one compiled program per family (compiles dominate)."""
+    """(L, dL/dz, dL/dT, rho*) in one compiled program per family: compiles dominate the
+    runtime of these small problems, and RUN_ONCE compiles faster to the same numbers."""
     f = lambda z, T: (lambda L: (L.sum(), L))(fenchel_young_loss(entropy, z, y, T))
     (gz, gT), L = jax.grad(f, argnums=(0, 1), has_aux=True)(z, T)
     return L, gz, gT, fd.stationary(entropy, z, T)
@@ -102,17 +106,24 @@ def test_second_derivative_is_the_stationary_jacobian():
     # The tangent of the custom JVP differentiates through `stationary`, so the Hessian in z
     # is its exact Jacobian (MATH.md §3); tolerance 1e-12.
     entropy = fd.Tsallis(1.5)
-    H = jax.hessian(lambda z: fenchel_young_loss(entropy, z, Y[2], T0))(Z[2])
-    np.testing.assert_allclose(H, fd.stationary_jacobian(entropy, Z[2], T0), atol=1e-12)
+
+    @ft.partial(jax.jit, **RUN_ONCE)
+    def both(z, y):
+        H = jax.hessian(lambda z: fenchel_young_loss(entropy, z, y, T0))(z)
+        return H, fd.stationary_jacobian(entropy, z, T0)
+
+    H, J = both(Z[2], Y[2])
+    np.testing.assert_allclose(H, J, rtol=0, atol=1e-12)
 
 
 def test_parameter_gradient():
     # d/dq at fixed (z, y) is T (dS/dq (rho*) - dS/dq (y)) (Danskin again); against central
     # differences in q (h = 1e-5, float64; tolerance 1e-7 as above).
-    f = jax.jit(lambda q: fenchel_young_loss(fd.Tsallis(q), Z, Y, T0).sum())
-    q = jnp.asarray(1.7)
-    h = 1e-5
-    np.testing.assert_allclose(jax.grad(f)(q), (f(q + h) - f(q - h)) / (2 * h), rtol=1e-7)
+    f = lambda q: fenchel_young_loss(fd.Tsallis(q), Z, Y, T0).sum()
+    f = jax.jit(jax.value_and_grad(f), **RUN_ONCE)
+    q, h = jnp.asarray(1.7), 1e-5
+    fd_q = (f(q + h)[0] - f(q - h)[0]) / (2 * h)
+    np.testing.assert_allclose(f(q)[1], fd_q, rtol=1e-7)
 
 
 def test_shannon_is_softmax_cross_entropy():
@@ -137,74 +148,74 @@ def test_shannon_is_softmax_cross_entropy():
 
 
 def test_entmax_names_against_the_entmax_package():
-    # entmax.sparsemax / entmax15 are sort-based closed forms: tolerance 1e-12 (our solver
-    # stops at round-off); so is entmax_bisect with 200 halvings in float64 (its bracket
-    # shrinks below an ulp of the threshold; measured deviation 2e-14).
+    # entmax.sparsemax / entmax15 (and their losses) are sort-based closed forms: tolerance
+    # 1e-12 (our solver stops at round-off); so is entmax_bisect with 200 halvings in
+    # float64 (its bracket shrinks below an ulp of the threshold; measured 2e-14). The
+    # package takes integer class targets; ours takes them too, and one-hot rows.
     torch = pytest.importorskip("torch")
     em = pytest.importorskip("entmax")
     z = np.asarray(RNG.normal(size=(6, 11)) * np.array([0.1, 1.0, 3.0, 10.0, 0.5, 2.0])[:, None])
-    zt = torch.tensor(z, dtype=torch.float64)
-    np.testing.assert_allclose(sparsemax(jnp.asarray(z)), em.sparsemax(zt, dim=-1).numpy(),
-                               rtol=0, atol=1e-12)
-    np.testing.assert_allclose(entmax15(jnp.asarray(z)), em.entmax15(zt, dim=-1).numpy(),
-                               rtol=0, atol=1e-12)
-    for alpha in (1.25, 1.5, 3.0):  # a 0-d array alpha: one compile for all three
-        ref = em.entmax_bisect(zt, alpha=alpha, dim=-1, n_iter=200).numpy()
-        np.testing.assert_allclose(entmax(jnp.asarray(z), jnp.asarray(alpha)), ref,
-                                   rtol=0, atol=1e-12)
-
-
-def test_entmax_losses_against_the_entmax_package():
-    # The package takes integer class targets; ours takes them too (and one-hot rows).
-    # Tolerance as for the maps, 1e-12.
-    torch = pytest.importorskip("torch")
-    em = pytest.importorskip("entmax")
-    z = np.asarray(RNG.normal(size=(6, 11)) * 2.0)
     labels = RNG.integers(0, 11, size=6)
     zt, lt = torch.tensor(z, dtype=torch.float64), torch.tensor(labels)
     onehot = jax.nn.one_hot(jnp.asarray(labels), 11, dtype=jnp.float64)
-    np.testing.assert_allclose(sparsemax_loss(jnp.asarray(z), onehot),
-                               em.sparsemax_loss(zt, lt).numpy(), rtol=0, atol=1e-12)
-    np.testing.assert_allclose(sparsemax_loss(jnp.asarray(z), jnp.asarray(labels)),
-                               em.sparsemax_loss(zt, lt).numpy(), rtol=0, atol=1e-12)
-    np.testing.assert_allclose(entmax15_loss(jnp.asarray(z), onehot),
-                               em.entmax15_loss(zt, lt).numpy(), rtol=0, atol=1e-12)
+
+    @ft.partial(jax.jit, **RUN_ONCE)
+    def ours(z, alpha):  # a traced alpha: one compile for every alpha
+        return (sparsemax(z), entmax15(z), entmax(z, alpha), sparsemax_loss(z, onehot),
+                sparsemax_loss(z, jnp.asarray(labels)), entmax15_loss(z, onehot),
+                entmax_loss(z, onehot, alpha))
+
     for alpha in (1.25, 1.5, 3.0):
-        ref = em.entmax_bisect_loss(zt, lt, alpha, 200).numpy()
-        np.testing.assert_allclose(entmax_loss(jnp.asarray(z), onehot, jnp.asarray(alpha)),
-                                   ref, rtol=0, atol=1e-12)
+        got = ours(jnp.asarray(z), jnp.asarray(alpha))
+        refs = (em.sparsemax(zt, dim=-1), em.entmax15(zt, dim=-1),
+                em.entmax_bisect(zt, alpha=alpha, dim=-1, n_iter=200), em.sparsemax_loss(zt, lt),
+                em.sparsemax_loss(zt, lt), em.entmax15_loss(zt, lt),
+                em.entmax_bisect_loss(zt, lt, alpha, 200))
+        for a, b in zip(got, refs):
+            np.testing.assert_allclose(a, b.numpy(), rtol=0, atol=1e-12)
 
 
 def test_alpha_one_is_softmax():
     # entmax issues #23/#24: alpha = 1 must be softmax, concrete or traced (tolerance:
     # round-off of one softmax, 1e-15), with finite gradients in z and alpha.
     np.testing.assert_allclose(entmax(Z, 1.0), jax.nn.softmax(Z), rtol=0, atol=1e-15)
-    f = jax.jit(entmax)
-    np.testing.assert_allclose(f(Z, jnp.asarray(1.0)), jax.nn.softmax(Z), rtol=0, atol=1e-15)
-    np.testing.assert_allclose(f(Z, jnp.asarray(1.5)), entmax15(Z), rtol=0, atol=1e-12)
-    g = jax.jit(jax.grad(lambda z, a: entmax_loss(z, LABELS, a).sum(), argnums=(0, 1)))
-    for a in (1.0, 1.3):
-        gz, ga = g(Z, jnp.asarray(a))
-        assert np.all(np.isfinite(gz)) and np.isfinite(ga)
     np.testing.assert_allclose(
         entmax_loss(Z, LABELS, 1.0), fenchel_young_loss(fd.Shannon(), Z, LABELS), atol=1e-15)
+
+    @ft.partial(jax.jit, **RUN_ONCE)
+    def traced(z, a):
+        loss = lambda z, a: entmax_loss(z, LABELS, a).sum()
+        return entmax(z, a), jax.grad(loss, argnums=(0, 1))(z, a)
+
+    rho, (gz, ga) = traced(Z, jnp.asarray(1.0))
+    np.testing.assert_allclose(rho, jax.nn.softmax(Z), rtol=0, atol=1e-15)
+    assert np.all(np.isfinite(gz)) and np.isfinite(ga)
+    rho, (gz, ga) = traced(Z, jnp.asarray(1.5))
+    np.testing.assert_allclose(rho, entmax15(Z), rtol=0, atol=1e-12)
+    assert np.all(np.isfinite(gz)) and np.isfinite(ga)
     with pytest.raises(ValueError, match="alpha > 0"):
         entmax(Z, 0.0)
 
 
 def test_jit_vmap_grad():
-    # The same numbers eagerly, under jit (the probe) and under vmap (round-off, 1e-13).
+    # The same numbers eagerly, under jit (the probe) and under vmap (round-off, 1e-12):
+    # a batch-shaped T equals the rows solved one at a time.
     e = fd.Tsallis(1.5)
-    T = jnp.asarray(T0)
     eager = fenchel_young_loss(e, Z, Y, T0)
-    np.testing.assert_allclose(_probe(e, Z, Y, T)[0], eager, rtol=1e-13)
-    g = jax.vmap(jax.grad(lambda z, y, T: fenchel_young_loss(e, z, y, T)), (0, 0, 0))
+    np.testing.assert_allclose(_probe(e, Z, Y, jnp.asarray(T0))[0], eager, rtol=1e-13)
     Ts = jnp.asarray([0.5, 1.0, 2.0, 4.0])
-    # per-row temperatures: a batch-shaped T equals the rows solved one at a time (vmap)
-    rows = jax.vmap(lambda z, y, T: fenchel_young_loss(e, z, y, T))(Z, Y, Ts)
-    np.testing.assert_allclose(fenchel_young_loss(e, Z, Y, Ts), rows, rtol=1e-12)
-    np.testing.assert_allclose(g(Z, Y, Ts), jax.vmap(lambda z, T: fd.stationary(e, z, T))(Z, Ts) - Y,
-                               atol=1e-12)
+
+    @ft.partial(jax.jit, **RUN_ONCE)
+    def batched(z, y, T):
+        row = lambda z, y, T: fenchel_young_loss(e, z, y, T)
+        rows = jax.vmap(row)(z, y, T)
+        g = jax.vmap(jax.grad(row))(z, y, T)
+        rho = jax.vmap(lambda z, T: fd.stationary(e, z, T))(z, T)
+        return fenchel_young_loss(e, z, y, T), rows, g, rho
+
+    L, rows, g, rho = batched(Z, Y, Ts)
+    np.testing.assert_allclose(L, rows, rtol=1e-12)
+    np.testing.assert_allclose(g, rho - Y, rtol=0, atol=1e-12)
 
 
 def test_masks_and_axis():
@@ -215,14 +226,20 @@ def test_masks_and_axis():
     keep[:, -2:] = False
     y = jnp.where(keep, Y, 0.0)
     y = y / y.sum(-1, keepdims=True)
-    ref = fenchel_young_loss(e, Z[:, :-2], y[:, :-2], T0)
-    zinf = jnp.where(keep, Z, -jnp.inf)
-    for z, m in ((Z, keep), (zinf, None)):
-        L, g = jax.value_and_grad(lambda z: fenchel_young_loss(e, z, y, T0, mask=m).sum())(z)
-        np.testing.assert_allclose(L, ref.sum(), rtol=1e-13)
+
+    @ft.partial(jax.jit, **RUN_ONCE)
+    def all_ways(z, y):
+        f = lambda z, m: fenchel_young_loss(e, z, y, T0, mask=m).sum()
+        zinf = jnp.where(keep, z, -jnp.inf)
+        return (fenchel_young_loss(e, z[:, :-2], y[:, :-2], T0).sum(),
+                jax.value_and_grad(f)(z, keep), jax.value_and_grad(f)(zinf, None),
+                fenchel_young_loss(e, z.T, y.T, T0, mask=keep.T, axis=0).sum())
+
+    ref, masked, neg_inf, by_axis = all_ways(Z, y)
+    for L, g in (masked, neg_inf):
+        np.testing.assert_allclose(L, ref, rtol=1e-13)
         assert np.all(np.isfinite(g)) and np.all(np.asarray(g)[~keep] == 0)
-    np.testing.assert_allclose(fenchel_young_loss(e, Z.T, Y.T, T0, axis=0),
-                               fenchel_young_loss(e, Z, Y, T0), rtol=1e-13)
+    np.testing.assert_allclose(by_axis, masked[0], rtol=1e-13)
 
 
 def test_invalid_targets_raise():
