@@ -5,6 +5,8 @@ called on the same inputs, masks and dropout keys. Tolerance: float32 round-off 
 output (1e-6).
 """
 
+import functools as ft
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -13,6 +15,7 @@ import pytest
 
 import fisherdyn as fd
 from fisherdyn._attention import MultiheadAttention
+from fisherdyn._misc import RUN_ONCE  # compiles dominate these small tests
 
 KEYS = jax.random.split(jax.random.key(1), 6)
 QL, KL, D, H = 5, 7, 12, 3
@@ -90,7 +93,7 @@ def test_every_family_trains(entropy):
     attn = MultiheadAttention(**ARGS, dropout_p=0.1, entropy=entropy, T=jnp.asarray(2.0),
                               key=KEYS[4])
 
-    @eqx.filter_jit
+    @ft.partial(eqx.filter_jit, **RUN_ONCE)
     @eqx.filter_value_and_grad
     def loss(m):
         return jnp.sum(m(X, KV, KV, MASK, key=KEYS[5]) ** 2)

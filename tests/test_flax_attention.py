@@ -5,6 +5,7 @@ through the same layers with the same parameters and dropout rng. Tolerance: flo
 round-off of the attention output (1e-6; differences in the order of reductions only).
 """
 
+import functools as ft
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ import pytest
 
 import fisherdyn as fd
 from fisherdyn._attention import flax_attention_fn
+from fisherdyn._misc import RUN_ONCE  # compiles dominate these small tests
 
 nn = pytest.importorskip("flax.linen")
 nnx = pytest.importorskip("flax.nnx")
@@ -77,45 +79,50 @@ def test_shannon_equals_nnx(dropout):
 
 
 def test_shannon_equals_flax_functions():
-    # The plain functions, with bias, grouped-query heads, no batch axes; float64 (linen)
-    # to 1e-13.
+    # The plain functions, with bias, mask and grouped-query heads (nnx, float32, 1e-6),
+    # and in float64 against linen (1e-13), also without batch axes and with a temperature.
     q = jax.random.normal(KEYS[6], (2, 5, 4, 8))
     k = jax.random.normal(KEYS[7], (2, 7, 2, 8))
-    v = jax.random.normal(KEYS[0], (2, 7, 2, 8))  # jax.nn.dot_product_attention: v depth = k depth
-    fn = flax_attention_fn(fd.Shannon())
+    v = jax.random.normal(KEYS[0], (2, 7, 2, 8))  # jax.nn.dot_product_attention: v depth = k's
+    fn = jax.jit(flax_attention_fn(fd.Shannon()), **RUN_ONCE)
     bias = jnp.asarray(BIAS[:, :1], jnp.float64)
-    mask = MASK
     # (nnx's fast path, jax.nn.dot_product_attention, takes float32 under strict promotion)
     q32, k32, v32, b32 = (x.astype(jnp.float32) for x in (q, k, v, bias))
-    ref = nnx.dot_product_attention(q32, k32, v32, b32, mask)
-    np.testing.assert_allclose(fn(q32, k32, v32, b32, mask), ref, rtol=0, atol=ATOL)
+    ref = nnx.dot_product_attention(q32, k32, v32, b32, MASK)
+    np.testing.assert_allclose(fn(q32, k32, v32, b32, MASK), ref, rtol=0, atol=ATOL)
     kr, vr = jnp.repeat(k, 2, axis=-2), jnp.repeat(v, 2, axis=-2)
-    ref = nn.dot_product_attention(q, kr, vr, bias, mask)
-    np.testing.assert_allclose(fn(q, kr, vr, bias, mask), ref, rtol=0, atol=1e-13)
+    ref = nn.dot_product_attention(q, kr, vr, bias, MASK)
+    np.testing.assert_allclose(fn(q, kr, vr, bias, MASK), ref, rtol=0, atol=1e-13)
     np.testing.assert_allclose(fn(q[0], kr[0], vr[0]), nn.dot_product_attention(q[0], kr[0], vr[0]),
                                rtol=0, atol=1e-13)
-    # a temperature: T = c sqrt(d) is softmax(logits / c)
-    ref = nn.dot_product_attention(q / 2.0, kr, vr)
-    np.testing.assert_allclose(flax_attention_fn(fd.Shannon(), T=2.0 * np.sqrt(8))(q, kr, vr),
-                               ref, rtol=0, atol=1e-13)
+    # T = c sqrt(d) is softmax(logits / c): Flax's with the query scaled by 1/c and bias c b
+    hot = jax.jit(flax_attention_fn(fd.Shannon(), T=2.0 * np.sqrt(8)), **RUN_ONCE)
+    ref = nn.dot_product_attention(q / 2.0, kr, vr, bias, MASK)
+    np.testing.assert_allclose(hot(q, kr, vr, 2.0 * bias, MASK), ref, rtol=0, atol=1e-13)
 
 
 def test_masks():
-    fn = flax_attention_fn(fd.Tsallis(1.5))
+    # A fully masked query gets zero weights; masked keys neither take weight nor leak
+    # (cutting them off gives the same row); -inf in an additive bias masks the same keys;
+    # a float mask with other values than 0/1 is an error (1e-6: float32 round-off).
+    attn = flax_attention_fn(fd.Tsallis(1.5))
     q = jax.random.normal(KEYS[6], (1, 5, 3, 4), jnp.float32)
     k = jax.random.normal(KEYS[7], (1, 7, 3, 4), jnp.float32)
     mask = np.ones((1, 3, 5, 7), bool)
-    mask[..., 1, :] = False  # query 1 attends nothing: zero weights, zero output
+    mask[..., 1, :] = False
     mask[..., 2, 3:] = False
-    out = fn(q, k, k, mask=mask)
-    np.testing.assert_array_equal(out[:, 1], 0.0)
-    # the masked keys neither take weight nor leak: cutting them off gives the same row
-    np.testing.assert_allclose(out[:, 2], fn(q[:, 2:3], k[:, :3], k[:, :3])[:, 0], atol=ATOL)
-    # -inf in an additive bias masks the same keys
     bias = jnp.where(mask, 0.0, -jnp.inf).astype(jnp.float32)
-    np.testing.assert_allclose(fn(q, k, k, bias=bias), out, atol=ATOL)
+
+    @ft.partial(jax.jit, **RUN_ONCE)
+    def all_ways(q, k):
+        return attn(q, k, k, mask=mask), attn(q[:, 2:3], k[:, :3], k[:, :3]), attn(q, k, k, bias)
+
+    out, cut, biased = all_ways(q, k)
+    np.testing.assert_array_equal(out[:, 1], 0.0)
+    np.testing.assert_allclose(out[:, 2], cut[:, 0], rtol=0, atol=ATOL)
+    np.testing.assert_allclose(biased, out, rtol=0, atol=ATOL)
     with pytest.raises(Exception, match="only 0 .masked. and 1"):
-        fn(q, k, k, mask=jnp.where(mask, 0.0, -jnp.inf))
+        attn(q, k, k, mask=jnp.where(mask, 0.0, -jnp.inf))
 
 
 @pytest.mark.parametrize("entropy", FAMILIES, ids=lambda e: e.name)
@@ -130,7 +137,7 @@ def test_every_family_trains(entropy):
         out = layer.apply(p, X, KV, mask=MASK, deterministic=False, rngs={"dropout": KEYS[5]})
         return jnp.sum(out**2)
 
-    val, grads = jax.jit(jax.value_and_grad(loss))(params)
+    val, grads = jax.jit(jax.value_and_grad(loss), **RUN_ONCE)(params)
     assert np.isfinite(val)
     assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
 

@@ -127,7 +127,7 @@ class MultiheadAttention(eqx.Module):
         query: Float[Array, "q_seq q_size"],
         key_: Float[Array, "kv_seq k_size"],
         value: Float[Array, "kv_seq v_size"],
-        mask: None | Bool[ArrayLike, "q_seq kv_seq"] | Bool[ArrayLike, "num_heads q_seq kv_seq"] = None,
+        mask: None | Bool[ArrayLike, "q_seq kv_seq"] | Bool[ArrayLike, "h q_seq kv_seq"] = None,
         *,
         key: PRNGKeyArray | None = None,
         inference: bool | None = None,

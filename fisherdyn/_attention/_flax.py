@@ -56,7 +56,9 @@ def _check_shapes(query, key, value):
             f"depth]; got {query.shape}, {key.shape}, {value.shape}"
         )
     if not (query.shape[:-3] == key.shape[:-3] == value.shape[:-3]):
-        raise ValueError(f"q, k, v batch dims must match: {query.shape}, {key.shape}, {value.shape}")
+        raise ValueError(
+            f"q, k, v batch dims must match: {query.shape}, {key.shape}, {value.shape}"
+        )
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(f"q, k depths must match: {query.shape[-1]} and {key.shape[-1]}")
     if key.shape[-3] != value.shape[-3]:
