@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import equinox as eqx
 import jax.numpy as jnp
 
 from .._entropies import AbstractEntropy, Shannon
@@ -70,3 +71,51 @@ def attention(q, k, v, entropy: AbstractEntropy = Shannon(), T=None, mask=None):
         raise ValueError(f"v needs shape (..., n_k, d_v) with n_k = {jnp.shape(k)[-2]}")
     w = attention_weights(q, k, entropy, T, mask)
     return jnp.einsum("...qk,...kd->...qd", w, v.astype(w.dtype))
+
+
+# --------------------------------------------------------------------------- for the drop-ins
+
+
+def _boolean_mask(mask):
+    """A Flax / Equinox mask as booleans. A float or integer mask is read as Flax's
+    `make_attention_mask` writes it (1 = attend, 0 = masked), and is checked to hold only
+    those two values: an additive mask (0 / -inf) read as truth values would silently
+    attend everywhere, and belongs in `bias` (where -inf scores are masked keys)."""
+    if mask is None:
+        return None
+    mask = jnp.asarray(mask)
+    if mask.dtype == bool:
+        return mask
+    mask = eqx.error_if(
+        mask,
+        jnp.any((mask != 0) & (mask != 1)),
+        "a non-boolean attention mask must hold only 0 (masked) and 1 (attend), as "
+        "flax.linen.make_attention_mask makes it; put an additive (0 / -inf) mask in `bias`",
+    )
+    return mask != 0
+
+
+def _weights_from_logits(entropy, logits, tau, mask):
+    """$\\rho$ = `stationary(entropy, logits, tau)` over the last axis, with the logits in
+    the libraries' units ($q\\cdot k/\\sqrt{d}$ + bias, so `tau = 1` is their softmax). A
+    `tau` array (per head, say) is folded into the logits (the law is invariant under
+    $(z, T) \\to (z/c, T/c)$), so that its broadcasting is against the logits' shape."""
+    if tau is None:
+        return stationary(entropy, logits, 1.0, mask=mask)
+    tau = jnp.asarray(tau)
+    if tau.ndim == 0:
+        return stationary(entropy, logits, tau.astype(logits.dtype), mask=mask)
+    return stationary(entropy, logits / tau.astype(logits.dtype), 1.0, mask=mask)
+
+
+def _relative_temperature(T, depth):
+    """$T/\\sqrt{d}$, the temperature on the scaled logits (None: 1, the standard scaling)."""
+    if T is None:
+        return None
+    if isinstance(T, (int, float)):
+        if not (T > 0 and math.isfinite(T)):
+            raise ValueError(f"T must be finite and > 0, got {T}")
+        return T / math.sqrt(depth)
+    T = jnp.asarray(T)
+    T = eqx.error_if(T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)), "T must be finite and > 0")
+    return T / math.sqrt(depth)

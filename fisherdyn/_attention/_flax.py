@@ -1,0 +1,196 @@
+"""A Flax `attention_fn` with an entropy family as its normalizer (linen and nnx).
+
+`flax_attention_fn(entropy, T)` returns a plain function with the signature and conventions
+of `flax.linen.dot_product_attention` (and of `flax.nnx.dot_product_attention`), to pass as
+`attention_fn=` to `nn.MultiHeadDotProductAttention` or `nnx.MultiHeadAttention`. It imports
+nothing from Flax (Flax stays an optional dependency) except to sow weights into a module.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from .._custom_types import Array, ArrayLike, Float
+from .._entropies import AbstractEntropy, Shannon
+from .._misc import check_entropy
+from ._normalizer import _boolean_mask, _relative_temperature, _weights_from_logits
+
+__all__ = ["flax_attention_fn"]
+
+
+def _promote(*xs, dtype):
+    """Flax's `promote_dtype`: one common (inexact) dtype, or the one asked for."""
+    if dtype is None:
+        dtype = jnp.result_type(*xs)
+        if not jnp.issubdtype(dtype, jnp.inexact):
+            dtype = jnp.result_type(float)
+    return [jnp.asarray(x, dtype) for x in xs]
+
+
+def _einsums(precision, einsum_dot_general, qk_einsum, av_einsum):
+    if (qk_einsum is None) != (av_einsum is None):
+        raise ValueError(
+            "qk_attn_weights_einsum and attn_weights_value_einsum must be specified together."
+        )
+    if (precision or einsum_dot_general) and qk_einsum is not None:
+        raise ValueError(
+            "precision/einsum_dot_general and qk_attn_weights_einsum/"
+            "attn_weights_value_einsum are mutually exclusive."
+        )
+    if qk_einsum is not None:
+        return qk_einsum, av_einsum
+    default = functools.partial(
+        jnp.einsum, precision=precision, _dot_general=einsum_dot_general or jax.lax.dot_general
+    )
+    return default, default
+
+
+def _check_shapes(query, key, value):
+    if not (query.ndim == key.ndim == value.ndim) or query.ndim < 3:
+        raise ValueError(
+            "query, key and value need the same rank, shaped [batch..., length, num_heads, "
+            f"depth]; got {query.shape}, {key.shape}, {value.shape}"
+        )
+    if not (query.shape[:-3] == key.shape[:-3] == value.shape[:-3]):
+        raise ValueError(
+            f"q, k, v batch dims must match: {query.shape}, {key.shape}, {value.shape}"
+        )
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(f"q, k depths must match: {query.shape[-1]} and {key.shape[-1]}")
+    if key.shape[-3] != value.shape[-3]:
+        raise ValueError(f"k, v lengths must match: {key.shape[-3]} and {value.shape[-3]}")
+    if key.shape[-2] != value.shape[-2] or query.shape[-2] % key.shape[-2] != 0:
+        raise ValueError(
+            "query heads must be a multiple of the key heads (grouped-query attention), and "
+            f"key and value heads equal; got {query.shape[-2]}, {key.shape[-2]}, "
+            f"{value.shape[-2]}"
+        )
+
+
+def _sow(module, weights):
+    # a module was passed, so Flax is installed: import it only here
+    from flax import nnx
+
+    if isinstance(module, nnx.Module):
+        module.sow(nnx.Intermediate, "attention_weights", weights)
+    else:
+        module.sow("intermediates", "attention_weights", weights)
+
+
+def _dropout(weights, rng, rate, broadcast, key_ndim):
+    """Flax's attention dropout, draw for draw: on the weights, broadcast over batch and heads
+    unless `broadcast_dropout=False`, kept entries scaled by 1/keep_prob."""
+    if rng is None:
+        raise ValueError("dropout_rate > 0 and deterministic=False need a dropout_rng")
+    keep_prob = 1.0 - rate
+    if broadcast:
+        shape = (1,) * (key_ndim - 2) + weights.shape[-2:]
+    else:
+        shape = weights.shape
+    keep = jax.random.bernoulli(rng, keep_prob, shape)
+    multiplier = keep.astype(weights.dtype) / jnp.asarray(keep_prob, dtype=weights.dtype)
+    return weights * multiplier
+
+
+def flax_attention_fn(
+    entropy: AbstractEntropy = Shannon(), T: float | ArrayLike | None = None
+) -> Callable[..., Float[Array, "*batch q_length num_heads v_depth"]]:
+    """A drop-in for `flax.linen.dot_product_attention` normalized by an entropy family.
+
+    The weights are $\\rho = $ `stationary(entropy, q k^T + \\sqrt{d}\\,b, T)` over the keys:
+    with Flax's logits $\\ell = (q/\\sqrt{d}) k^T + b$ this is `stationary(entropy, ℓ, T/√d)`,
+    so `Shannon()` with `T=None` (that is $T = \\sqrt{d}$) is Flax's softmax attention.
+
+    ```python
+    import flax.linen as nn
+    layer = nn.MultiHeadDotProductAttention(
+        num_heads=4, attention_fn=fd.flax_attention_fn(fd.Tsallis(1.5)))
+    ```
+
+    The returned function takes Flax's arguments and conventions: `query`
+    `[batch..., q_length, num_heads, qk_depth]`, `key` `[batch..., kv_length, num_heads,
+    qk_depth]` (fewer key heads than query heads is grouped-query attention, as in nnx),
+    `value` `[batch..., kv_length, num_heads, v_depth]`; `bias` and `mask` broadcastable to
+    `[batch..., num_heads, q_length, kv_length]`; `broadcast_dropout`, `dropout_rng`,
+    `dropout_rate`, `deterministic` (dropout on the weights, as Flax draws it), `dtype`,
+    `precision`, `module` (sows `attention_weights`), `force_fp32_for_softmax` (the
+    normalization in float32, as Flax), `einsum_dot_general`, `qk_attn_weights_einsum`,
+    `attn_weights_value_einsum` (linen) and `is_causal` (nnx). It returns
+    `[batch..., q_length, num_heads, v_depth]`.
+
+    Masks: boolean (True = attend), or 0/1 floats as `flax.linen.make_attention_mask` writes
+    them (checked at run time: any other value is an error; an additive 0 / -inf mask goes
+    in `bias`, whose -inf entries are masked keys). Masked keys get exactly zero weight and
+    zero gradient. One difference from Flax, on purpose: a query whose keys are all masked
+    gets zero weights (a zero output), where Flax's softmax over its `finfo.min` fill
+    averages the masked values.
+
+    **Arguments:**
+
+    - `entropy`: the normalizer's family (default `Shannon()`: softmax).
+    - `T`: the temperature of the scores $q\\cdot k$; `None` means $\\sqrt{d}$ (Flax's
+      scaling). A scalar, or an array broadcastable to `[batch..., num_heads, q_length, 1]`
+      (e.g. one per head, `[num_heads, 1, 1]`).
+
+    **Returns:** the `attention_fn`.
+    """
+    check_entropy(entropy)
+
+    def attention_fn(
+        query,
+        key,
+        value,
+        bias=None,
+        mask=None,
+        broadcast_dropout: bool = True,
+        dropout_rng=None,
+        dropout_rate: float = 0.0,
+        deterministic: bool = False,
+        dtype=None,
+        precision=None,
+        module=None,
+        force_fp32_for_softmax: bool = False,
+        einsum_dot_general=None,
+        qk_attn_weights_einsum=None,
+        attn_weights_value_einsum=None,
+        is_causal: bool = False,
+    ):
+        qk_einsum, av_einsum = _einsums(
+            precision, einsum_dot_general, qk_attn_weights_einsum, attn_weights_value_einsum
+        )
+        query, key, value = _promote(query, key, value, dtype=dtype)
+        dtype = query.dtype
+        _check_shapes(query, key, value)
+        key_ndim = key.ndim
+        n_rep = query.shape[-2] // key.shape[-2]
+        if n_rep > 1:  # query head j reads key head j // n_rep, as nnx groups them
+            key = jnp.repeat(key, n_rep, axis=-2)
+            value = jnp.repeat(value, n_rep, axis=-2)
+        depth = query.shape[-1]
+        # the same rounding as Flax: scale the query, then contract
+        query = query / jnp.sqrt(depth).astype(dtype)
+        logits = qk_einsum("...qhd,...khd->...hqk", query, key)
+        if bias is not None:
+            logits = logits + bias
+        keep = _boolean_mask(mask)
+        if is_causal:
+            causal = jnp.tril(jnp.ones(logits.shape[-2:], bool))
+            keep = causal if keep is None else keep & causal
+        if keep is not None:
+            keep = jnp.broadcast_to(keep, logits.shape)
+        if force_fp32_for_softmax and dtype != jnp.float32:
+            logits = logits.astype(jnp.float32)  # and the weights stay float32, as in Flax
+        weights = _weights_from_logits(entropy, logits, _relative_temperature(T, depth), keep)
+        if not force_fp32_for_softmax:
+            weights = weights.astype(dtype)
+        if module is not None:
+            _sow(module, weights)
+        if not deterministic and dropout_rate > 0.0:
+            weights = _dropout(weights, dropout_rng, dropout_rate, broadcast_dropout, key_ndim)
+        return av_einsum("...hqk,...khd->...qhd", weights, value)
+
+    return attention_fn
