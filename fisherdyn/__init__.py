@@ -54,7 +54,19 @@ _EXPORTS = {
         "relaxation_spectrum",
         "simulate",
     ),
-    "_attention": ("attention", "attention_weights"),
+    "_attention": (
+        "MultiheadAttention",
+        "attention",
+        "attention_weights",
+        "entmax",
+        "entmax15",
+        "entmax15_loss",
+        "entmax_loss",
+        "fenchel_young_loss",
+        "flax_attention_fn",
+        "sparsemax",
+        "sparsemax_loss",
+    ),
     "_analysis": (
         "AbeExpansion",
         "TangentTest",
@@ -118,7 +130,19 @@ if TYPE_CHECKING:  # what type checkers and the API documentation see
         operator_table as operator_table,
         tangent_test as tangent_test,
     )
-    from ._attention import attention as attention, attention_weights as attention_weights
+    from ._attention import (
+        MultiheadAttention as MultiheadAttention,
+        attention as attention,
+        attention_weights as attention_weights,
+        entmax as entmax,
+        entmax15 as entmax15,
+        entmax15_loss as entmax15_loss,
+        entmax_loss as entmax_loss,
+        fenchel_young_loss as fenchel_young_loss,
+        flax_attention_fn as flax_attention_fn,
+        sparsemax as sparsemax,
+        sparsemax_loss as sparsemax_loss,
+    )
     from ._dynamics import (
         AbstractCoordinates as AbstractCoordinates,
         FisherSystem as FisherSystem,

@@ -24,6 +24,10 @@ import numpy as np
 
 import fisherdyn as fd
 
+# jit options for programs a test compiles once: XLA level 0 gives the same results to
+# round-off and compiles in about half the time.
+RUN_ONCE = dict(compiler_options={"xla_backend_optimization_level": 0})
+
 DPS = 40  # digits of the mpmath reference
 
 # --------------------------------------------------------------------------- families

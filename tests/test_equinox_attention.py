@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import fisherdyn as fd
-from fisherdyn._attention import MultiheadAttention
-from fisherdyn._misc import RUN_ONCE  # compiles dominate these small tests
+from fisherdyn import MultiheadAttention
+from helpers import RUN_ONCE
 
 KEYS = jax.random.split(jax.random.key(1), 6)
 QL, KL, D, H = 5, 7, 12, 3

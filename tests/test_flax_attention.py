@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import fisherdyn as fd
-from fisherdyn._attention import flax_attention_fn
-from fisherdyn._misc import RUN_ONCE  # compiles dominate these small tests
+from fisherdyn import flax_attention_fn
+from helpers import RUN_ONCE
 
 nn = pytest.importorskip("flax.linen")
 nnx = pytest.importorskip("flax.nnx")

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import fisherdyn as fd
-from fisherdyn._misc import RUN_ONCE
-from fisherdyn._attention import (
+from helpers import RUN_ONCE
+from fisherdyn import (
     entmax,
     entmax15,
     entmax15_loss,
