@@ -138,7 +138,9 @@ class Abe(AbstractSeparableEntropy):
         s = jnp.sinh(eps)
         c = 2 * jnp.sinh(eps / 2) ** 2
         w = 1.0 + y
-        tail = (jnp.log(jnp.maximum(-w, 1.0)) + eps + jnp.log(2 * s)) / jnp.where(eps == 0, -1.0, c - s)
+        tail = (jnp.log(jnp.maximum(-w, 1.0)) + eps + jnp.log(2 * s)) / jnp.where(
+            eps == 0, -1.0, c - s
+        )
         tail = jnp.where((eps == 0) | (w > -1.0), -jnp.inf, tail)
         return jnp.minimum(jnp.maximum(y, tail), 0.0)
 
@@ -195,7 +197,9 @@ class Abe(AbstractSeparableEntropy):
             return _AbeAsinhLaw(self)
         q_c = concrete_float(self.q)
         if q_c is None:
-            return ComponentLawSwitch(self.eps >= _ABE_V_MIN_EPS, _AbeVLaw(self), _AbeAsinhLaw(self))
+            return ComponentLawSwitch(
+                self.eps >= _ABE_V_MIN_EPS, _AbeVLaw(self), _AbeAsinhLaw(self)
+            )
         return _AbeVLaw(self) if abs(math.log(q_c)) >= _ABE_V_MIN_EPS else _AbeAsinhLaw(self)
 
 

@@ -1,4 +1,8 @@
-from ._branches import Branch as Branch, Branches as Branches, stationary_branches as stationary_branches
+from ._branches import (
+    Branch as Branch,
+    Branches as Branches,
+    stationary_branches as stationary_branches,
+)
 from ._crosscheck import solve_stationary as solve_stationary
 from ._operator import (
     free_energy as free_energy,

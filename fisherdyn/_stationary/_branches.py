@@ -191,7 +191,8 @@ def _refine_any(entropy, z, keep, T, lo, hi, down, nu0, max_iter=100):
         small = ~first & (jnp.abs(x_new - x) <= 8 * eps * (1 + jnp.abs(x)))
         x_new = jnp.where(done, x, x_new)
         rho_n, nu_n, r_n, dr_n, _ = _consistency(entropy, ts, z, keep, T, x_new, nu)
-        done_n = done | (jnp.abs(r_n) <= 64 * eps) | small | ((hi - lo) <= 8 * eps * (1 + jnp.abs(x)))
+        collapsed = (hi - lo) <= 8 * eps * (1 + jnp.abs(x))
+        done_n = done | (jnp.abs(r_n) <= 64 * eps) | small | collapsed
         pick = lambda new, old: jnp.where(done, old, new)  # noqa: E731
         return (it + 1, x_new, lo, hi, pick(nu_n, nu), pick(r_n, r), pick(dr_n, dr),
                 pick(rho_n, rho), done_n)

@@ -130,7 +130,9 @@ def _root_step(rows, s, use_newton, max_h, tols):
     T = rows.T
     # bracket updates only trust h when the components are converged, or their error is
     # well below |h| (the sign of h is then right)
-    trusted = (s.inner <= inner_tol) | ((s.inner <= 1e3 * inner_tol) & (8 * s.inner <= jnp.abs(s.h)))
+    trusted = (s.inner <= inner_tol) | (
+        (s.inner <= 1e3 * inner_tol) & (8 * s.inner <= jnp.abs(s.h))
+    )
     left = (s.h >= 0) & trusted
     right = (s.h < 0) & trusted
     lo = jnp.where(left, s.nu, s.lo)
