@@ -1,14 +1,15 @@
-from ._families import (
+from ._base import (
+    AbstractComponentLaw as AbstractComponentLaw,
     AbstractEntropy as AbstractEntropy,
     AbstractSeparableEntropy as AbstractSeparableEntropy,
     AbstractTsallisShapedEntropy as AbstractTsallisShapedEntropy,
-    Abe as Abe,
-    Burg as Burg,
-    Kaniadakis as Kaniadakis,
-    Renyi as Renyi,
-    Shannon as Shannon,
-    SharmaMittal as SharmaMittal,
-    Tsallis as Tsallis,
-    _concrete as _concrete,
-    parse_entropy as parse_entropy,
+    ComponentLawSwitch as ComponentLawSwitch,
 )
+from ._shannon import Shannon as Shannon
+from ._tsallis import Tsallis as Tsallis
+from ._renyi import Renyi as Renyi
+from ._sharma_mittal import SharmaMittal as SharmaMittal
+from ._kaniadakis import Kaniadakis as Kaniadakis
+from ._burg import Burg as Burg
+from ._abe import Abe as Abe
+from ._parse import parse_entropy as parse_entropy

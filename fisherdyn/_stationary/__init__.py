@@ -1,13 +1,17 @@
-from ._operator import (
+from ._branches import (
+    Branch as Branch,
     Branches as Branches,
-    StationaryInfo as StationaryInfo,
+    stationary_branches as stationary_branches,
+)
+from ._crosscheck import solve_stationary as solve_stationary
+from ._operator import (
     free_energy as free_energy,
     stationary as stationary,
-    stationary_branches as stationary_branches,
     stationary_info as stationary_info,
     stationary_jacobian as stationary_jacobian,
 )
-from ._crosscheck import (
-    StationarySolution as StationarySolution,
-    solve_stationary as solve_stationary,
-)
+from ._solution import StationarySolution as StationarySolution
+
+# retired: `stationary_info` returns a `StationarySolution`; kept until the top-level
+# `fisherdyn/__init__.py` stops importing the name
+StationaryInfo = StationarySolution

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from ._base import _REGISTRY, AbstractEntropy, _parse_key
+
+
+def parse_entropy(spec: str) -> AbstractEntropy:
+    """Build an entropy from a string such as `"kaniadakis:0.3"` or `"sharma_mittal:2,1.5"`.
+
+    The names and default parameters are those the families declare (`parse_names`,
+    `parse_defaults`); omitted trailing parameters take their defaults.
+
+    **Arguments:**
+    - `spec`: `"name"` or `"name:p1,p2,..."` (case, `-` and `_` ignored).
+
+    **Returns:** the entropy instance.
+    """
+    name, _, args = spec.strip().partition(":")
+    key = _parse_key(name)
+    try:
+        values = [float(a) for a in args.split(",")] if args.strip() else []
+    except ValueError as e:
+        raise ValueError(f"cannot read the parameters of entropy {spec!r}") from e
+    if key not in _REGISTRY:
+        raise ValueError(f"unknown entropy {name!r}; choose one of {sorted(_REGISTRY)}")
+    cls = _REGISTRY[key]
+    defaults = tuple(cls.parse_defaults)
+    if len(values) > len(defaults):
+        raise ValueError(
+            f"entropy {name!r} takes {len(defaults)} parameter(s), got {len(values)}"
+        )
+    return cls(*values, *defaults[len(values):])

@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from typing import ClassVar
+
+import jax.numpy as jnp
+import numpy as np
+
+from .._custom_types import ArrayLike
+from .._misc import concrete_float
+from ._base import AbstractTsallisShapedEntropy, _masked_sum, _safe_log
+
+
+class Renyi(AbstractTsallisShapedEntropy):
+    """$S_q = \\ln M_q/(1-q)$; Tsallis profile at $T_{eff} = T/M_q$."""
+
+    q: ArrayLike
+    parse_names: ClassVar[tuple[str, ...]] = ("renyi",)
+    parse_defaults: ClassVar[tuple[float, ...]] = (2.0,)
+
+    def __check_init__(self):
+        q = concrete_float(self.q)
+        if q is not None and not (q > 0 and q != 1 and np.isfinite(q)):
+            raise ValueError(f"Renyi needs q > 0 and q != 1 (q = 1 is Shannon); got q={q}.")
+
+    def temperature_factor(self, M):
+        return 1.0 / M
+
+    def shape_exponent(self):
+        return 1.0
+
+    def value_of_log_moment(self, logM):
+        return logM / (1 - self.q)
+
+    def value(self, rho, mask=None):
+        # ln(1 + sum rho expm1((q-1) ln rho)) / (1-q): exact as q -> 1 on the simplex.
+        log, pos = _safe_log(rho)
+        dev = _masked_sum(jnp.where(pos, rho * jnp.expm1((self.q - 1) * log), 0.0), mask)
+        total = _masked_sum(rho, mask)
+        return jnp.log(total + dev) / (1 - self.q)

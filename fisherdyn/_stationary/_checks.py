@@ -1,0 +1,78 @@
+"""Input checks shared by the stationary operators: keys last, NaN / +inf scores, T > 0,
+masks, empty rows."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+
+def as_array(x):
+    """Python scalars become arrays (traced under jit), so new values of T do not recompile."""
+    return x if isinstance(x, jax.Array) else jnp.asarray(x)
+
+
+def keys_last(scores, axis):
+    """The scores as a float array with the key axis last (at least one key)."""
+    z = jnp.asarray(scores)
+    if not jnp.issubdtype(z.dtype, jnp.floating):
+        z = z.astype(jnp.result_type(float))
+    if z.ndim == 0:
+        raise ValueError("scores must have at least one axis (the keys)")
+    z = jnp.moveaxis(z, axis, -1)
+    if z.shape[-1] == 0:
+        raise ValueError(f"scores of shape {jnp.shape(scores)} have no keys on axis {axis}")
+    return z
+
+
+def checked_T(T, bad_scores, dtype):
+    """T as an array shaped to broadcast against the scores, carrying the input checks.
+    Both checks ride on the small T (every solve reads it): routing the full score array
+    through `error_if` would cost an extra pass over it."""
+    T = jnp.asarray(T, dtype=dtype)
+    T = eqx.error_if(T, bad_scores, "scores contain NaN or +inf")
+    T = eqx.error_if(T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)), "T must be finite and > 0")
+    return T[..., None] if T.ndim > 0 else T
+
+
+def prepare(scores, T, mask, axis):
+    """Move `axis` last, validate, and build the effective mask (False = excluded).
+    Returns (z, keep, T, empty): masked scores set to 0, empty rows kept (solved as if
+    unmasked, zeroed by the caller)."""
+    z = keys_last(scores, axis)
+    if mask is None:
+        # one reduction (the NaN-propagating row max) serves the input check and the
+        # empty-row test
+        zmax = jnp.max(z, axis=-1, keepdims=True)
+        bad_scores = jnp.any(jnp.isnan(zmax) | (zmax == jnp.inf))
+        empty = zmax == -jnp.inf
+        keep = z > -jnp.inf  # -inf behaves like a masked entry
+    else:
+        keep = jnp.asarray(mask)
+        if keep.dtype != bool:
+            raise TypeError(f"mask must be boolean (True = keep), got dtype {keep.dtype}")
+        try:
+            keep = jnp.broadcast_to(keep, jnp.moveaxis(z, -1, axis).shape)
+        except ValueError:
+            raise ValueError(
+                f"mask of shape {keep.shape} does not broadcast to scores of shape "
+                f"{jnp.shape(scores)}"
+            ) from None
+        keep = jnp.moveaxis(keep, axis, -1)
+        keep = keep & (z > -jnp.inf)  # -inf behaves like a masked entry
+        bad_scores = jnp.any(jnp.isnan(z) | (z == jnp.inf))
+        empty = ~jnp.any(keep, axis=-1, keepdims=True)
+    T = checked_T(T, bad_scores, z.dtype)
+    keep = keep | empty
+    # kept entries are finite here (NaN / +inf raise above; -inf is never kept)
+    return jnp.where(keep, z, 0.0), keep, T, empty
+
+
+def unmasked_inputs(scores, T, axis):
+    """`prepare` without a mask: keys last, the NaN/+inf and T checks riding on one row-max
+    reduction. Returns (z, zmax, T) with T shaped to broadcast against z."""
+    z = keys_last(scores, axis)
+    zmax = jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))  # NaN-propagating
+    T = checked_T(T, jnp.any(jnp.isnan(zmax) | (zmax == jnp.inf)), z.dtype)
+    return z, zmax, T
