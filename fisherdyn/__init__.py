@@ -30,7 +30,7 @@ _EXPORTS = {
     ),
     "_stationary": (
         "Branches",
-        "StationaryInfo",
+        "Branch",
         "StationarySolution",
         "free_energy",
         "solve_stationary",
@@ -174,7 +174,7 @@ if TYPE_CHECKING:  # what type checkers and the API documentation see
     from ._results import RESULTS as RESULTS, result_name as result_name
     from ._stationary import (
         Branches as Branches,
-        StationaryInfo as StationaryInfo,
+        Branch as Branch,
         StationarySolution as StationarySolution,
         free_energy as free_energy,
         solve_stationary as solve_stationary,

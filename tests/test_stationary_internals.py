@@ -20,14 +20,15 @@ import fisherdyn as fd
 
 
 def internals():
-    """The private modules these tests use, by role (today one module holds all three)."""
-    from fisherdyn._stationary import _operator
+    """The private modules these tests use, by role."""
+    from fisherdyn._entropies import _abe
+    from fisherdyn._stationary import _separable, _shaped
 
     return types.SimpleNamespace(
-        separable=_operator,  # _solve_separable, _component_law, _spread_shift
-        shaped=_operator,  # _SHAPE_CHUNK_KEYS, _SHAPE_CELLS, _shape_setup / _grid / _certify,
+        separable=_separable,  # _solve_separable, _spread_shift
+        shaped=_shaped,  # _SHAPE_CHUNK_KEYS, _SHAPE_CELLS, _shape_setup / _grid / _certify,
         # _solve_tsallis_shaped
-        blocks=_operator,  # _ABE_BLOCK_BYTES
+        blocks=_abe,  # _ABE_BLOCK_BYTES
     )
 
 
@@ -147,7 +148,7 @@ def test_second_order_start_is_closer_than_jensen(spec):
     hi = -T * float(entropy.G_shifted(1.0 / n))
     keep = jnp.ones(z.shape, bool)
     # the law as the solver evaluates it (Abe(1.5): its v iteration from a cold start)
-    law = st._component_law(entropy, jnp.float64, "v" if isinstance(entropy, fd.Abe) else None)
+    law = entropy._component_law().cold
     shift = np.asarray(st._spread_shift(entropy, jnp.asarray(z), keep, jnp.asarray(zbar),
                                         jnp.full_like(zbar, n), hi, T, law))
     err_jensen = np.abs(zbar + hi - nu_star)

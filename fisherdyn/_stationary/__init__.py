@@ -12,6 +12,3 @@ from ._operator import (
 )
 from ._solution import StationarySolution as StationarySolution
 
-# retired: `stationary_info` returns a `StationarySolution`; kept until the top-level
-# `fisherdyn/__init__.py` stops importing the name
-StationaryInfo = StationarySolution
