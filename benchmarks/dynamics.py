@@ -2,7 +2,7 @@
 
 `fisherdyn.relax` on B = 1024 problems with N = 64 keys (one vmapped, compiled call), against
 a Python loop of `scipy.integrate.solve_ivp` (RK45, the same rtol/atol, the same sphere-chart
-equations of MATH.md §6 written in numpy here, the same steady-state stop as a terminal
+equations of docs/math.md §6 written in numpy here, the same steady-state stop as a terminal
 event). The scipy loop runs on a subset of the problems and is extrapolated linearly (a loop
 costs the same per problem by construction); the subset size is printed.
 
@@ -44,7 +44,7 @@ def relax_batch(Z):
 
 
 def scipy_relax(z):
-    """The sphere chart of MATH.md §6 (Shannon: h = -(1 + ln rho)), uniform start at rest,
+    """The sphere chart of docs/math.md §6 (Shannon: h = -(1 + ln rho)), uniform start at rest,
     until max|f| < TOL, by solve_ivp RK45 at the same rtol/atol."""
     n = z.size
     E = -z

@@ -104,7 +104,7 @@ def test_burg_is_infinite_on_the_boundary():
 
 def test_second_derivative_is_the_stationary_jacobian():
     # The tangent of the custom JVP differentiates through `stationary`, so the Hessian in z
-    # is its exact Jacobian (MATH.md §3); tolerance 1e-12.
+    # is its exact Jacobian (docs/math.md §3); tolerance 1e-12.
     entropy = fd.Tsallis(1.5)
 
     @ft.partial(jax.jit, **RUN_ONCE)

@@ -1,4 +1,4 @@
-"""Scaled dot-product attention with an entropy family as its normalizer (MATH.md §1-3).
+"""Scaled dot-product attention with an entropy family as its normalizer (docs/math.md §1-3).
 
 Scaled dot-product attention is the Shannon stationary map of the scores $z = q\\cdot k$ at
 $T = \\sqrt{d_k}$: $\\mathrm{softmax}(q k^T/\\sqrt{d_k})$. Any other family replaces the
@@ -57,7 +57,7 @@ def attention(q, k, v, entropy: AbstractEntropy = Shannon(), T=None, mask=None):
     $\\mathrm{out} = \\rho\\,v$ with $\\rho = \\mathrm{stationary}(S, q k^T, T)$; with
     `Shannon()` and `T=None` this is exactly `softmax(q k^T / sqrt(d_k)) v`. Usable as a
     plain function inside equinox/flax modules (jit, vmap, grad; the Jacobian of the
-    normalizer is the exact one of MATH.md §3). Put heads in the leading batch axes,
+    normalizer is the exact one of docs/math.md §3). Put heads in the leading batch axes,
     e.g. `(batch, heads, seq, d_k)`.
 
     **Arguments:**
