@@ -1,4 +1,4 @@
-"""Study 4: the Abe map is even in eps = ln q, and its softmax expansion is of even order.
+r"""Study 4: the Abe map is even in eps = ln q, and its softmax expansion is of even order.
 
 - evenness, the independent check: the raw stationary law of Abe's entropy written directly at
   q and at 1/q from its definition, $S_A = -\sum(\rho^q - \rho^{1/q})/(q - 1/q)$,
@@ -31,13 +31,13 @@ DPS = 30  # digits of the independent reference solve
 
 
 def raw_G(a, x):
-    """$G = -\partial S_A/\partial x$ of Abe's entropy at parameter `a`, as written (no
+    r"""$G = -\partial S_A/\partial x$ of Abe's entropy at parameter `a`, as written (no
     symmetrization in a <-> 1/a; works for mpmath and numpy arguments)."""
     return (a * x ** (a - 1) - x ** (1 / a - 1) / a) / (a - 1 / a)
 
 
 def raw_S_term(a, x):
-    """One key's term of $S_A = -\sum(\rho^a - \rho^{1/a})/(a - 1/a)$."""
+    r"""One key's term of $S_A = -\sum(\rho^a - \rho^{1/a})/(a - 1/a)$."""
     return -(x ** a - x ** (1 / a)) / (a - 1 / a)
 
 
@@ -53,7 +53,7 @@ def _mp_inverse(a, w):
 
 
 def mp_stationary(a, z, T):
-    """Solve $T G_a(\rho_i) - z_i = \lambda$, $\sum\rho_i = 1$ in mpmath at `DPS` digits."""
+    r"""Solve $T G_a(\rho_i) - z_i = \lambda$, $\sum\rho_i = 1$ in mpmath at `DPS` digits."""
     with mp.workdps(DPS):
         a, T = mp.mpf(a), mp.mpf(T)
         z = [mp.mpf(float(v)) for v in z]

@@ -1,4 +1,4 @@
-"""Study 7: attention entropy and relevant-key mass across sequence length, every family.
+r"""Study 7: attention entropy and relevant-key mass across sequence length, every family.
 
 Random dot-product scores z_i = q.k_i with q, k_i ~ N(0, I_d), d = 64, and one planted
 relevant key k_0 = q (so z_0 = |q|^2 ~ d, while a distractor's z_i ~ N(0, |q|^2)), for
@@ -23,7 +23,7 @@ $\sum p_i s_i$ by $s_{max}$:
   \lambda m + \lambda^2 v/2$, $\langle s\rangle_{distractors} \approx m + \lambda v$. Under
   T = d/(c ln n), lambda = c ln n/d and v ~ |q|^2 ~ d, so the distractors' entropy
   $\ln(n-1) - \lambda^2 v/2$ loses $c^2(\ln n)^2/(2d)$: this term, and the relevant key's
-  share falling with n, set the measured slope dH/d ln n (0.60 rather than 0).
+  share falling with n, set the measured slope dH/d ln n, well above 0.
 
     python studies/entropy_invariance.py [--quick] [--out figures]
 """
