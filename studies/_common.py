@@ -4,13 +4,19 @@ No mathematics lives here (that is the library's job): only the command line eve
 shares (`--quick`, `--out DIR`), a small ledger that prints measured values next to the
 predicted ones and flags every disagreement, and the writers of `<study>.png` /
 `<study>.json`.
+
+The JSON is byte-reproducible on one setup: it records where it was computed (the
+`provenance` block: fisherdyn, JAX and jaxlib versions, device, precision) but no timestamps
+and no wall-clock timings, which are printed instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import math
+import platform
 import sys
 import time
 from pathlib import Path
@@ -63,6 +69,7 @@ class Ledger:
         self.quick = quick
         self.rows: list[dict] = []
         self.headlines: dict[str, str] = {}
+        self.timings: dict[str, float] = {}
         self.t0 = time.perf_counter()
 
     def check(self, key, measured, predicted, *, tol, kind="abs", fmt=".4g", explain=""):
@@ -89,6 +96,10 @@ class Ledger:
 
     def headline(self, key, text):
         self.headlines[key] = text
+
+    def timing(self, key, seconds):
+        """Record a wall-clock time: printed with the summary, never stored in the JSON."""
+        self.timings[key] = float(seconds)
 
     @property
     def disagreements(self):
@@ -120,6 +131,8 @@ class Ledger:
         else:
             print(f"[{self.name}] all {sum(r['kind'] != 'note' for r in self.rows)} "
                   "checks agree with theory within tolerance")
+        for key, seconds in self.timings.items():
+            print(f"[{self.name}] {key}: {seconds:.1f} s")
         print(f"[{self.name}] done in {time.perf_counter() - self.t0:.1f} s", flush=True)
 
 
@@ -146,19 +159,86 @@ def _jsonable(x):
     return [_jsonable(v) for v in a]
 
 
+def _version(dist):
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def provenance() -> dict:
+    """Where the numbers were computed: package versions, device and floating-point precision.
+
+    Deliberately no date, host name or timing, so that a rerun on the same setup writes the
+    same bytes."""
+    import jax
+    import jax.numpy as jnp
+
+    import fisherdyn as fd
+
+    dev = jax.devices()[0]
+    return dict(
+        fisherdyn=getattr(fd, "__version__", None) or _version("fisherdyn"),
+        jax=jax.__version__,
+        jaxlib=_version("jaxlib"),
+        numpy=np.__version__,
+        python=platform.python_version(),
+        platform=dev.platform,
+        device_kind=dev.device_kind,
+        device_count=jax.device_count(),
+        jax_enable_x64=bool(jax.config.jax_enable_x64),
+        dtype=str(jnp.asarray(1.0).dtype),
+    )
+
+
+def _is_timing(key: str) -> bool:
+    # wall-clock seconds vary from run to run: they go to stdout, not into the JSON
+    return key == "seconds" or key.endswith("_seconds") or key.startswith("seconds ")
+
+
+def _split_timings(x, path=""):
+    """`x` without its timing entries, and those entries as {dotted path: value}."""
+    if isinstance(x, dict):
+        kept, timings = {}, {}
+        for k, v in x.items():
+            where = f"{path}.{k}" if path else str(k)
+            if _is_timing(str(k)):
+                timings[where] = v
+            else:
+                kept[k], sub = _split_timings(v, where)
+                timings |= sub
+        return kept, timings
+    if isinstance(x, (list, tuple)):
+        pairs = [_split_timings(v, f"{path}[{i}]") for i, v in enumerate(x)]
+        return [p[0] for p in pairs], {k: v for p in pairs for k, v in p[1].items()}
+    return x, {}
+
+
 def write_outputs(args, ledger: Ledger, fig, *, title, caption, data, png_name=None,
                   images=None):
     """Save `fig` as `<out>/<study>.png` (or `png_name`) and `<out>/<study>.json`; print the
     summary. `images`: every figure file the study wrote (default: just this one), listed in
-    the JSON for the gallery."""
+    the JSON for the gallery.
+
+    The JSON starts with the `provenance` block; timings (`Ledger.timing`, and any entry of
+    `data` or ledger note whose key is `seconds`, ends in `_seconds` or starts with
+    `seconds `) are printed, not stored."""
     import matplotlib.pyplot as plt
 
     png = args.out / (png_name or f"{ledger.name}.png")
     fig.savefig(png, dpi=110)
     plt.close(fig)
+    for r in ledger.rows:
+        if r["kind"] == "note" and _is_timing(r["key"]):
+            ledger.timing(r["key"], r["measured"])
+    ledger.rows = [r for r in ledger.rows if not (r["kind"] == "note" and _is_timing(r["key"]))]
+    data, timings = _split_timings(data)
+    for key, value in timings.items():
+        print(f"[{ledger.name}] {key} (not stored): {value}")
     payload = dict(
         study=ledger.name,
         quick=ledger.quick,
+        provenance=provenance(),
         title=title,
         caption=caption,
         images=list(images or [png.name]),

@@ -1,7 +1,14 @@
-"""Study 4: the Abe map is even in eps = ln q, and its softmax expansion is of even order.
+r"""Study 4: the Abe map is even in eps = ln q, and its softmax expansion is of even order.
 
-- the exact Abe map (`stationary(Abe(e^eps), z, T)`) against eps: even, rho(eps) - rho(-eps)
-  at round-off (S_A(q) = S_A(1/q) exactly);
+- evenness, the independent check: the raw stationary law of Abe's entropy written directly at
+  q and at 1/q from its definition, $S_A = -\sum(\rho^q - \rho^{1/q})/(q - 1/q)$,
+  $G = -\partial S_A/\partial\rho$, $T G(\rho_i) - z_i = \lambda$, $\sum\rho = 1$, solved
+  by mpmath at 30 digits (and once more by scipy's brentq at float64), with no
+  symmetrization: max|rho(q) - rho(1/q)| of each, and the agreement of
+  `stationary(Abe(q), z, T)` with the mpmath solve at q and at 1/q;
+- evenness, the consistency check only: `Abe` stores eps = |ln q|, so `stationary(Abe(e^eps))`
+  minus `stationary(Abe(e^-eps))` vanishes by construction (it tests nothing but that);
+- the exact Abe map against eps;
 - the errors of the order-2 and order-4 truncations (`abe_series`) against the exact map on a
   log-log plot, with fitted slopes (theory 4 and 6);
 - a broad-score example where the truncation goes negative while the exact map stays
@@ -13,10 +20,70 @@
 
 from __future__ import annotations
 
+import math
+
+import mpmath as mp
 import numpy as np
 from _common import setup, write_outputs
 
 NAME = "abe_even_order"
+DPS = 30  # digits of the independent reference solve
+
+
+def raw_G(a, x):
+    r"""$G = -\partial S_A/\partial x$ of Abe's entropy at parameter `a`, as written (no
+    symmetrization in a <-> 1/a; works for mpmath and numpy arguments)."""
+    return (a * x ** (a - 1) - x ** (1 / a - 1) / a) / (a - 1 / a)
+
+
+def raw_S_term(a, x):
+    r"""One key's term of $S_A = -\sum(\rho^a - \rho^{1/a})/(a - 1/a)$."""
+    return -(x ** a - x ** (1 / a)) / (a - 1 / a)
+
+
+def _mp_inverse(a, w):
+    """The x with G_a(x) = w, by a bracketed root in l = ln x (G increases)."""
+    f = lambda ell: raw_G(a, mp.exp(ell)) - w  # noqa: E731
+    lo, hi = mp.mpf(-1), mp.mpf(1)
+    while f(lo) > 0:
+        lo *= 2
+    while f(hi) < 0:
+        hi *= 2
+    return mp.exp(mp.findroot(f, (lo, hi), solver="anderson"))
+
+
+def mp_stationary(a, z, T):
+    r"""Solve $T G_a(\rho_i) - z_i = \lambda$, $\sum\rho_i = 1$ in mpmath at `DPS` digits."""
+    with mp.workdps(DPS):
+        a, T = mp.mpf(a), mp.mpf(T)
+        z = [mp.mpf(float(v)) for v in z]
+        zmax = max(z)
+        # rho_max between 1/n and 1 brackets the multiplier
+        lo, hi = T * raw_G(a, mp.mpf(1) / len(z)) - zmax, T * raw_G(a, mp.mpf(1)) - zmax
+        lam = mp.findroot(lambda lam: sum(_mp_inverse(a, (zi + lam) / T) for zi in z) - 1,
+                          (lo, hi), solver="anderson")
+        return [_mp_inverse(a, (zi + lam) / T) for zi in z]
+
+
+def f64_stationary(a, z, T):
+    """The same raw law at float64, nested scipy brentq solves in l = ln x."""
+    from scipy.optimize import brentq
+
+    a, T, z = float(a), float(T), [float(v) for v in z]
+    tol = dict(xtol=1e-16, rtol=8.9e-16, maxiter=500)
+
+    def inverse(w):
+        f = lambda ell: raw_G(a, math.exp(ell)) - w  # noqa: E731
+        lo, hi = -1.0, 1.0
+        while f(lo) > 0:
+            lo *= 2
+        while f(hi) < 0:
+            hi *= 2
+        return math.exp(brentq(f, lo, hi, **tol))
+
+    lo, hi = T * raw_G(a, 1.0 / len(z)) - max(z), T * raw_G(a, 1.0) - max(z)
+    lam = brentq(lambda lam: sum(inverse((zi + lam) / T) for zi in z) - 1, lo, hi, **tol)
+    return np.array([inverse((zi + lam) / T) for zi in z])
 
 
 def main(argv=None):
@@ -42,20 +109,49 @@ def main(argv=None):
     eps_err = np.geomspace(0.02, 0.6, 12 if args.quick else 30)
     eps_b = np.linspace(0.0, 1.0, 41 if args.quick else 201)
     lam_small = 1e-5
+    eps_ind = np.geomspace(0.01, 1.5, 4 if args.quick else 12)  # the independent evenness check
     # every exact solve in one batched call: segments of (eps values, scores)
     segments = [(eps_line, z), (eps_pos, z), (-eps_pos, z), (eps_err, z), (eps_b, z_broad),
-                (np.array([np.sqrt(lam_small)]), z)]
+                (np.array([np.sqrt(lam_small)]), z), (eps_ind, z), (-eps_ind, z)]
     all_eps = np.concatenate([e for e, _ in segments])
     all_z = np.concatenate([np.broadcast_to(np.asarray(s_), (e.size, z.size))
                             for e, s_ in segments])
     sol = np.asarray(exact(jnp.asarray(all_eps), jnp.asarray(all_z)))
     parts = np.split(sol, np.cumsum([e.size for e, _ in segments])[:-1])
-    rho_line, rho_plus, rho_minus, ex, ex_b, r_small = parts
+    rho_line, rho_plus, rho_minus, ex, ex_b, r_small, fd_plus, fd_minus = parts
     r_small = r_small[0]
-    # evenness: rho(eps) - rho(-eps)
+    # evenness, consistency only: Abe stores |ln q|, so this difference vanishes by construction
     odd = np.max(np.abs(rho_plus - rho_minus), -1)
-    ledger.check("max over eps of max|rho(eps) - rho(-eps)|", odd.max(), 0.0, tol=1e-14,
-                 kind="max", fmt=".1e", explain="S_A(q) = S_A(1/q): round-off")
+    ledger.check("consistency (symmetrized by construction): fd max|rho(eps) - rho(-eps)|",
+                 odd.max(), 0.0, tol=1e-14, kind="max", fmt=".1e",
+                 explain="Abe(q) stores eps = |ln q|: not a test of S_A(q) = S_A(1/q)")
+
+    # evenness, the independent check: the raw law at q and at 1/q, no symmetrization
+    with mp.workdps(DPS):
+        x_ = mp.mpf("0.3")
+        G_def = max(abs(raw_G(a, x_) + mp.diff(lambda x: raw_S_term(a, x), x_))
+                    for a in (mp.exp(mp.mpf(float(e))) for e in (-eps_ind[-1], eps_ind[0])))
+        mp_plus = [mp_stationary(mp.exp(mp.mpf(float(e))), z, T) for e in eps_ind]
+        mp_minus = [mp_stationary(mp.exp(-mp.mpf(float(e))), z, T) for e in eps_ind]
+        even_mp = np.array([float(max(abs(u - v) for u, v in zip(rp, rm)))
+                            for rp, rm in zip(mp_plus, mp_minus)])
+        ref_plus = np.array([[float(u) for u in r] for r in mp_plus])
+        ref_minus = np.array([[float(u) for u in r] for r in mp_minus])
+    f64_plus = np.array([f64_stationary(np.exp(e), z, T) for e in eps_ind])
+    f64_minus = np.array([f64_stationary(np.exp(-e), z, T) for e in eps_ind])
+    even_f64 = np.max(np.abs(f64_plus - f64_minus), -1)
+    fd_vs_mp = np.max(np.abs(np.concatenate([fd_plus, fd_minus])
+                             - np.concatenate([ref_plus, ref_minus])), -1)
+    ind = f"eps in [{eps_ind[0]:g}, {eps_ind[-1]:g}], {eps_ind.size} values"
+    ledger.check("raw G at q: closed form vs -dS_A/drho (mpmath.diff)", float(G_def), 0.0,
+                 tol=1e-20, kind="max", fmt=".1e", explain=f"{DPS}-digit numerical derivative")
+    ledger.check("independent (mpmath raw law): max|rho(q) - rho(1/q)|", even_mp.max(), 0.0,
+                 tol=1e-25, kind="max", fmt=".1e", explain=f"{DPS} digits, {ind}")
+    ledger.check("independent (float64 brentq raw law): max|rho(q) - rho(1/q)|",
+                 even_f64.max(), 0.0, tol=1e-13, kind="max", fmt=".1e",
+                 explain="round-off of the raw law, amplified by 1/(q - 1/q) at small eps")
+    ledger.check("fd.stationary(Abe(q)) vs mpmath raw law at q and 1/q: max abs dev",
+                 fd_vs_mp.max(), 0.0, tol=1e-14, kind="max", fmt=".1e", explain=ind)
     ledger.check("max|rho(eps=0) - softmax(z/T)|",
                  np.max(np.abs(rho_line[n // 2] - np.asarray(jax.nn.softmax(z / T)))), 0.0,
                  tol=1e-15, kind="max", fmt=".1e")
@@ -109,8 +205,9 @@ def main(argv=None):
     a1.set_xlabel(r"$\epsilon = \ln q$")
     a1.set_ylabel(r"exact Abe weight $\rho_i(\epsilon)$")
     a1.legend(ncol=2)
-    a1.set_title(r"exact map: even in $\epsilon$ ($q \leftrightarrow 1/q$); "
-                 f"max|rho(e) - rho(-e)| = {odd.max():.1e}")
+    a1.set_title(r"exact map: even in $\epsilon$ ($q \leftrightarrow 1/q$); the raw law solved "
+                 f"independently\nat q and 1/q: max|rho(q) - rho(1/q)| = {even_f64.max():.1e} "
+                 f"(float64), {even_mp.max():.0e} (mpmath)", fontsize=9.5)
 
     a2.loglog(eps_err, err2, "o-", ms=3, color="C0",
               label=f"order 2: fitted slope {s2[0]:.3f} (theory 4)")
@@ -118,15 +215,19 @@ def main(argv=None):
               label=f"order 4: fitted slope {s4[0]:.3f} (theory 6)")
     a2.loglog(eps_err, np.exp(s2[1]) * eps_err ** s2[0], "k:", lw=0.8)
     a2.loglog(eps_err, np.exp(s4[1]) * eps_err ** s4[0], "k:", lw=0.8)
-    a2.loglog(eps_pos, np.maximum(odd, 1e-18), "^", ms=3, color="0.4",
-              label=r"$\max_i|\rho_i(\epsilon) - \rho_i(-\epsilon)|$"
-              f" (max {odd.max():.0e}; zeros drawn at 1e-18)")
+    a2.loglog(eps_ind, np.maximum(even_f64, 1e-18), "^", ms=4, color="0.35",
+              label=r"independent: $\max_i|\rho_i(q) - \rho_i(1/q)|$, raw law, float64 brentq")
+    a2.loglog(np.concatenate([eps_ind, eps_ind]), np.maximum(fd_vs_mp, 1e-18), "x", ms=4,
+              color="C2", label=r"fd.stationary(Abe) vs the mpmath raw law at $q$ and $1/q$")
+    a2.plot([], [], " ", label=f"independent, mpmath ({DPS} digits): {even_mp.max():.0e} "
+            "(below the axis)")
     a2.axvspan(eps_err[fit_win][0], eps_err[fit_win][-1], color="0.92", zorder=0)
-    a2.set_ylim(1e-18, 1)
+    a2.set_ylim(1e-18, 1e4)  # headroom for the legend
     a2.set_xlabel(r"$|\epsilon|$")
     a2.set_ylabel(r"$\max_i|\rho^{trunc}_i - \rho^{exact}_i|$")
-    a2.legend(loc="lower right", title="shaded: fit window", title_fontsize=7)
-    a2.set_title("truncation errors scale as eps^4 and eps^6 (even orders only)")
+    a2.legend(loc="upper left", title="shaded: fit window", title_fontsize=7, fontsize=7)
+    a2.set_title("truncation errors scale as eps^4 and eps^6 (even orders only); the "
+                 "independent\nevenness checks sit at round-off", fontsize=9.5)
 
     # the keys whose truncated weight changes sign, and the lowest key
     k_low = sorted({int(np.argmin(tr2_b.min(0))), int(np.argmin(tr4_b.min(0))), z.size - 1})
@@ -158,23 +259,29 @@ def main(argv=None):
     a4.legend()
     a4.set_title(r"in $\lambda = \epsilon^2 \geq 0$ the map has a finite slope $p\,c_2$ at 0 "
                  "(flat in eps)")
-    fig.suptitle("Abe attention is even in eps = ln q: rho(eps) = rho(-eps) to round-off, the "
+    fig.suptitle("Abe attention is even in eps = ln q: the raw law gives rho(q) = rho(1/q) to "
+                 "round-off, the "
                  "softmax expansion has only even orders (errors eps^4, eps^6),\nand the "
                  "truncation can go negative where the exact map cannot", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
 
     ledger.headline("slopes", f"truncation error slopes {s2[0]:.2f} (order 2, theory 4) and "
                     f"{s4[0]:.2f} (order 4, theory 6)")
-    ledger.headline("evenness", f"max|rho(eps) - rho(-eps)| = {odd.max():.1e}")
+    ledger.headline("evenness", "raw law solved at q and 1/q without symmetrization: "
+                    f"max|rho(q) - rho(1/q)| = {even_mp.max():.0e} (mpmath, {DPS} digits), "
+                    f"{even_f64.max():.1e} (float64); fd.Abe vs mpmath {fd_vs_mp.max():.1e}")
     ledger.headline("negative", f"broad scores: order-2 truncation negative from eps = "
                     f"{neg2:.3g}, exact min weight {ex_b.min():.2g}")
     write_outputs(args, ledger, fig,
                   title="Abe: even order in eps",
                   caption="The exact Abe map against eps, the order-2 and order-4 truncation "
-                  "errors with fitted slopes, a broad-score example where the truncation goes "
+                  "errors with fitted slopes beside the independent evenness check (the raw law "
+                  "solved at q and 1/q), a broad-score example where the truncation goes "
                   "negative, and the lambda = eps^2 coordinate.",
                   data=dict(T=T, scores=z, broad_scores=z_broad, eps=eps_err, err2=err2,
                             err4=err4, slope2=s2[0], slope4=s4[0], odd_max=odd.max(),
+                            evenness=dict(eps=eps_ind, dps=DPS, mpmath=even_mp,
+                                          float64=even_f64, fd_vs_mpmath=fd_vs_mp),
                             eps_negative_order2=neg2, eps_negative_order4=neg4,
                             min_exact_broad=ex_b.min()))
 

@@ -5,6 +5,8 @@
   measurements with theory (closed forms of docs/math.md, scipy reference solves, finite
   differences, the predicted relaxation spectrum; the reference is named beside each value
   in the JSON's `comparisons`): in quick mode every check must agree (no `disagreements`).
+- Every study JSON carries a `provenance` block (fisherdyn, JAX, jaxlib versions, device,
+  precision) and no timings, so that a rerun on one setup writes the same bytes.
 - The committed `figures/<study>.json` are full-mode outputs, and every number the README
   gallery quotes (`headline` of each JSON, quoted verbatim) appears in the gallery text
   (`notes/gallery.md`, and README.md once it carries the gallery section).
@@ -64,10 +66,44 @@ def test_quick_study(quick_run, name):
            for r in checks if not r["ok"]]
     assert not bad, "quick-mode disagreement(s) with theory:\n" + "\n".join(bad)
     assert data["disagreements"] == 0
+    assert_provenance(data)
     # the quick run produces (a subset of) the headline numbers the full run quotes
     committed = ROOT / "figures" / f"{name}.json"
     if committed.is_file():
         assert set(data["headline"]) <= set(json.loads(committed.read_text())["headline"])
+
+
+PROVENANCE = ("fisherdyn", "jax", "jaxlib", "numpy", "python", "platform", "device_kind",
+              "device_count", "jax_enable_x64", "dtype")
+
+
+def assert_provenance(data):
+    """The JSON says where it was computed (versions, device, precision) and carries no
+    wall-clock times."""
+    import importlib.metadata
+
+    import jax
+
+    prov = data["provenance"]
+    assert set(prov) == set(PROVENANCE)
+    assert prov["jax"] == jax.__version__
+    assert prov["jaxlib"] == importlib.metadata.version("jaxlib")
+    assert prov["fisherdyn"]
+    assert prov["platform"] and prov["device_kind"] and prov["device_count"] >= 1
+    # the studies verify in float64
+    assert prov["jax_enable_x64"] is True and prov["dtype"] == "float64"
+    text = json.dumps(data)
+    assert '"seconds' not in text and '_seconds"' not in text
+
+
+def test_quick_json_is_byte_reproducible(quick_run, tmp_path):
+    """A second quick run of the cheapest study writes the same JSON bytes (no timestamps,
+    no timings)."""
+    _, out = quick_run
+    proc = run_all("--quick", "--only", "entropy_invariance", "--out", tmp_path, "--jobs", "1")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    name = "entropy_invariance.json"
+    assert (tmp_path / name).read_bytes() == (out / name).read_bytes()
 
 
 def _gallery_texts():
