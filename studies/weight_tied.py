@@ -396,8 +396,8 @@ def main(argv=None):
                     f" geodesic {med([r['held_geodesic'] for r in rows]):.3f} (medians)")
     gaps = "; ".join(f"{n} {min(g.values()):.3f}" for n, g in depth["path_gap"].items())
     ledger.headline("depth", f"depth test, mean FR gap to the L model at equal t: {gaps}")
-    ledger.note("seconds training (or loading)", clock["train"], fmt=".1f")
-    ledger.note("seconds fitting", clock["fit"], fmt=".1f")
+    ledger.timing("training (or loading)", clock["train"])
+    ledger.timing("fitting", clock["fit"])
 
     # ---------------------------------------------------------------- figures
     fig_paths(fd, plt, fits, main_models, families, L, c, args)
@@ -409,7 +409,7 @@ def main(argv=None):
                       held_out=f"fit loops 0..{h}, predict {h + 1}..{L}"),
         models=[dict(name=m["name"], accuracy=m["accuracy"], role=m["role"],
                      loop_accuracy=m["loop_accuracy"], T=m["T_model"],
-                     train_seconds=m["seconds"], cached=m["cached"]) for m in models],
+                     cached=m["cached"]) for m in models],
         rows=rows,
         confusion={f"{em} {crit}": dict(rows=names, columns=list(families), counts=conf)
                    for (em, crit), conf in confusion.items()},
@@ -417,7 +417,6 @@ def main(argv=None):
         per_path={f"{fam} {order}": {k: v for k, v in s.items() if k != "k"} | {"k": s["k"]}
                   for (fam, order), s in summ.items()},
         baselines=dict(constant=const_b, geodesic=geo_b),
-        seconds=clock,
     )
     write_outputs(args, ledger, fig, title="Weight-tied transformer attention paths vs "
                   "damped Fisher-Lagrangian dynamics", caption=FIG_CAPTION, data=data,
