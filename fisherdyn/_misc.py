@@ -31,3 +31,22 @@ def check_entropy(entropy) -> None:
 
     if not isinstance(entropy, AbstractEntropy):
         raise TypeError(f"expected a fisherdyn entropy (e.g. fd.Shannon()), got {entropy!r}")
+
+
+def param_jvp(fn, entropy, t_entropy):
+    """Directional derivative of `fn(entropy)` along the entropy tangent (None = zero)."""
+    if t_entropy is None:
+        return None
+    leaves, treedef = jtu.tree_flatten(entropy)
+    t_leaves = treedef.flatten_up_to(t_entropy)
+    idx = [i for i, t in enumerate(t_leaves) if t is not None]
+    if not idx:
+        return None
+
+    def f(*vals):
+        new = list(leaves)
+        for i, v in zip(idx, vals):
+            new[i] = v
+        return fn(jtu.tree_unflatten(treedef, new))
+
+    return jax.jvp(f, [leaves[i] for i in idx], [t_leaves[i] for i in idx])[1]

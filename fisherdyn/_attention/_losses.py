@@ -22,11 +22,10 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.tree_util as jtu
 
 from .._custom_types import Array, ArrayLike, Float, Mask, Scores, Temperature, Weights
 from .._entropies import AbstractEntropy, Shannon, Tsallis
-from .._misc import check_entropy, concrete_float
+from .._misc import check_entropy, concrete_float, param_jvp
 from .._stationary import stationary
 
 __all__ = [
@@ -66,25 +65,6 @@ def _conjugate(entropy, z, T, mask):
     return lin + T * entropy.value(rho, keep)
 
 
-def _param_jvp(fn, entropy, t_entropy):
-    """Directional derivative of `fn(entropy)` along the entropy's tangent (None = zero)."""
-    if t_entropy is None:
-        return None
-    leaves, treedef = jtu.tree_flatten(entropy)
-    t_leaves = treedef.flatten_up_to(t_entropy)
-    idx = [i for i, t in enumerate(t_leaves) if t is not None]
-    if not idx:
-        return None
-
-    def f(*vals):
-        new = list(leaves)
-        for i, v in zip(idx, vals):
-            new[i] = v
-        return fn(jtu.tree_unflatten(treedef, new))
-
-    return jax.jvp(f, [leaves[i] for i in idx], [t_leaves[i] for i in idx])[1]
-
-
 @_conjugate.def_jvp
 def _conjugate_jvp(primals, tangents):
     # Danskin: at the maximizer the derivative of <z, rho> + T S(rho) is taken at fixed rho.
@@ -101,7 +81,7 @@ def _conjugate_jvp(primals, tangents):
         t_out = t_out + jnp.sum(jnp.where(keep, rho * jnp.where(keep, t_z, 0.0), 0.0), axis=-1)
     if t_T is not None:
         t_out = t_out + S * t_T
-    dS = _param_jvp(lambda e: e.value(rho, keep), entropy, t_entropy)
+    dS = param_jvp(lambda e: e.value(rho, keep), entropy, t_entropy)
     if dS is not None:
         t_out = t_out + T * dS
     return out, t_out

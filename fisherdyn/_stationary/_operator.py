@@ -18,11 +18,10 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.tree_util as jtu
 
 from .._custom_types import Array, Float, Mask, Scores, Temperature, Weights
 from .._entropies import AbstractEntropy
-from .._misc import check_entropy
+from .._misc import check_entropy, param_jvp
 from .._results import RESULTS
 from ._checks import as_array, prepare, unmasked_inputs
 from ._separable import softmax, solve_separable_rows
@@ -62,25 +61,6 @@ def _slope(entropy, rho, active):
     return jnp.where(active, entropy._inverse_slope(safe), 0.0)
 
 
-def _param_jvp(fn, entropy, t_entropy):
-    """Directional derivative of `fn(entropy)` along the entropy tangent (None = zero)."""
-    if t_entropy is None:
-        return None
-    leaves, treedef = jtu.tree_flatten(entropy)
-    t_leaves = treedef.flatten_up_to(t_entropy)
-    idx = [i for i, t in enumerate(t_leaves) if t is not None]
-    if not idx:
-        return None
-
-    def f(*vals):
-        new = list(leaves)
-        for i, v in zip(idx, vals):
-            new[i] = v
-        return fn(jtu.tree_unflatten(treedef, new))
-
-    return jax.jvp(f, [leaves[i] for i in idx], [t_leaves[i] for i in idx])[1]
-
-
 def _moment_weights(q, rho, active):
     """$dM_q/d\\rho_i = q\\rho_i^{q-1}$ on the support."""
     safe = jnp.where(active, rho, 1.0)
@@ -100,7 +80,7 @@ def _separable_tangent(entropy, rho, keep, T, t_z, t_T, t_entropy):
     y = _shifted_G(entropy, rho, active)
     if t_T is not None:
         zeta = zeta - y * t_T
-    dG = _param_jvp(lambda e: _shifted_G(e, rho, active), entropy, t_entropy)
+    dG = param_jvp(lambda e: _shifted_G(e, rho, active), entropy, t_entropy)
     if dG is not None:
         zeta = zeta - T * dG
     return _project(c, zeta)
@@ -116,12 +96,12 @@ def _tsallis_shaped_tangent(entropy, rho, keep, T, t_z, t_T, t_entropy):
     c = _slope(ts, rho, active) / t
     y = _shifted_G(ts, rho, active)
     zeta = jnp.zeros_like(rho) if t_z is None else jnp.where(keep, t_z, 0.0)
-    dG = _param_jvp(lambda e: _shifted_G(e.tsallis(), rho, active), entropy, t_entropy)
+    dG = param_jvp(lambda e: _shifted_G(e.tsallis(), rho, active), entropy, t_entropy)
     if dG is not None:
         zeta = zeta - t * dG
     # direct change of T_eff at fixed M
     t_dot0 = jnp.zeros_like(M) if t_T is None else t_T * entropy.temperature_factor(M)
-    dphi = _param_jvp(lambda e: e.temperature_factor(M), entropy, t_entropy)
+    dphi = param_jvp(lambda e: e.temperature_factor(M), entropy, t_entropy)
     if dphi is not None:
         t_dot0 = t_dot0 + T * dphi
     Py = _project(c, y)
@@ -129,7 +109,7 @@ def _tsallis_shaped_tangent(entropy, rho, keep, T, t_z, t_T, t_entropy):
     dphi_dM = jnp.vectorize(jax.grad(lambda m: entropy.temperature_factor(m)))(M)
     B = -Py * T * dphi_dM
     w = _moment_weights(q, rho, active)
-    m_q = _param_jvp(lambda e: jnp.exp(_log_moment(e.q, rho, active)), entropy, t_entropy)
+    m_q = param_jvp(lambda e: jnp.exp(_log_moment(e.q, rho, active)), entropy, t_entropy)
     num = jnp.sum(w * A, -1, keepdims=True)
     if m_q is not None:
         num = num + m_q
