@@ -3,7 +3,6 @@ foreign spec, and two processes sharing the chunks (reference: an uninterrupted
 one-process run of the same spec, compared value for value)."""
 
 import os
-import shutil
 import signal
 import socket
 import subprocess

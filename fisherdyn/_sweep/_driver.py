@@ -178,6 +178,10 @@ def sweep(
 
 
 def _compute(spec, group, todo, padded, progress, *, initial, total):
+    """Compute the chunks in order; each chunk is written (values, then marker) by a
+    writer thread while the next one computes."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from tqdm import tqdm
 
     from ._engine import compute_chunk
@@ -191,9 +195,16 @@ def _compute(spec, group, todo, padded, progress, *, initial, total):
         file=sys.stderr,
         dynamic_ncols=True,
     )
-    with bar:
+    with bar, ThreadPoolExecutor(max_workers=1) as writer:
+        pending = None
         for chunk in todo:
-            write_chunk(group, chunk, compute_chunk(spec, chunk, padded))
+            values = compute_chunk(spec, chunk, padded)
+            if pending is not None:
+                pending.result()  # one write in flight at a time, committed in order
+                bar.update(1)
+            pending = writer.submit(write_chunk, group, chunk, values)
+        if pending is not None:
+            pending.result()
             bar.update(1)
 
 

@@ -51,7 +51,9 @@ def _inputs(spec: SweepSpec, chunk: Chunk, padded: int):
     Ds = spec.damping[chunk.damping]
     Ss = spec.seeds[chunk.seed]
     draws = np.stack([spec.scores_for(n, s) for s in Ss])
-    grid_T, grid_D, grid_S = np.meshgrid(np.array(Ts), np.array(Ds), np.arange(len(Ss)), indexing="ij")
+    grid_T, grid_D, grid_S = np.meshgrid(
+        np.array(Ts), np.array(Ds), np.arange(len(Ss)), indexing="ij"
+    )
     z = draws[grid_S.ravel()]
     T = grid_T.ravel()
     D = grid_D.ravel()

@@ -13,7 +13,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SweepSpec", "SpecError", "load_spec", "Chunk", "chunks", "block_shape", "DIMS", "ENSEMBLES"]
+__all__ = [
+    "SweepSpec",
+    "SpecError",
+    "load_spec",
+    "Chunk",
+    "chunks",
+    "block_shape",
+    "DIMS",
+    "ENSEMBLES",
+]
 
 # the dimensions of every stored variable, in storage order
 DIMS = ("family", "T", "mass", "damping", "n_keys", "seed")

@@ -16,7 +16,14 @@ import numpy as np
 
 from ._spec import DIMS, Chunk, SweepSpec
 
-__all__ = ["create_store", "open_store", "wait_for_store", "write_chunk", "committed_chunks", "StoreMismatch"]
+__all__ = [
+    "create_store",
+    "open_store",
+    "wait_for_store",
+    "write_chunk",
+    "committed_chunks",
+    "StoreMismatch",
+]
 
 MARKER = "committed"
 
