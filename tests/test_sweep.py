@@ -175,6 +175,9 @@ def test_other_spec_or_chunk_size_on_a_store_is_an_error(reference, work, capsys
         fd.sweep(other, reference, progress=False)
     with pytest.raises(StoreMismatch, match="chunk size 2, not 8"):
         fd.sweep(work / "spec.toml", reference, chunk_size=8, progress=False)
+    (work / "not_a_store").mkdir()
+    with pytest.raises(StoreMismatch, match="is not a fisherdyn sweep store"):
+        fd.sweep(work / "spec.toml", work / "not_a_store", progress=False)
     (work / "other.toml").write_text(SPEC.replace("seeds = 4", "seeds = 5"))
     from fisherdyn._cli._main import main
 
@@ -190,7 +193,6 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.slow  # about 70 s on two loaded cores
 def test_two_processes_match_one(reference, work):
     out, port = work / "two.zarr", _free_port()
     procs = [
@@ -205,3 +207,39 @@ def test_two_processes_match_one(reference, work):
         assert p.returncode == 0, e
     assert "16 problems: all successful" in outputs[0][0]
     _assert_same(out, reference)
+
+
+def test_dry_run_writes_nothing(reference, work, capsys):
+    from fisherdyn._cli._main import main
+
+    new = work / "dry.zarr"
+    argv = ["sweep", str(work / "spec.toml"), "--out", str(new), "--chunk-size", str(CHUNK),
+            "--dry-run", "--no-compilation-cache"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "16 problems in 8 chunks of <= 2 (0 committed, 8 to do; 2 compiled programs)" in out
+    assert "estimated" in out and not new.exists()
+    plan = fd.sweep(work / "spec.toml", reference, dry_run=True)
+    assert (plan.n_chunks, plan.n_done, plan.chunk_size) == (8, 8, 2)
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        ([], "--out"),
+        (["--out", "x.zarr", "--coordinator", "127.0.0.1:1234"], "--coordinator"),
+        (["--out", "x.zarr", "--coordinator", "nohost", "--num-processes", "2",
+          "--process-id", "0"], "--coordinator"),
+        (["--out", "x.zarr", "--coordinator", "127.0.0.1:1234", "--num-processes", "2",
+          "--process-id", "2"], "--process-id"),
+        (["--out", "x.zarr", "--chunk-size", "0"], "--chunk-size"),
+    ],
+)
+def test_sweep_usage_errors_exit_2(work, capsys, extra, message):
+    from fisherdyn._cli._main import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", str(work / "spec.toml"), *extra])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

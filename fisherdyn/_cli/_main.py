@@ -16,6 +16,7 @@ argument exits with status 2 and one line naming the argument.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import _options
@@ -116,6 +117,10 @@ def main(argv=None) -> int:
         _options.check_simulate(args, args._parser)
     if args.command == "sweep":
         _options.check_sweep(args, args._parser)
+        # Equinox's runtime checks as NaN instead of a host callback, which JAX never
+        # writes to the persistent cache; a sweep records failures by result code anyway.
+        # Read when equinox is first imported, which parsing `sweep` has not done.
+        os.environ.setdefault("EQX_ON_ERROR", "nan")
     _options.enable_x64()
     if not args.no_compilation_cache:
         from .._sweep import enable_compilation_cache

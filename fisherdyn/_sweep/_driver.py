@@ -163,9 +163,12 @@ def sweep(
         return _dry_run(spec, all_chunks, done, size, padded)
     if group is None:
         if pid == 0:
-            group, _ = create_store(store, spec, spec_toml, size, block)
+            group, size = create_store(store, spec, spec_toml, size, block)
         else:
-            group, _ = wait_for_store(store, spec, chunk_size, wait_timeout)
+            group, size = wait_for_store(store, spec, chunk_size, wait_timeout)
+        # a store another process created meanwhile has its own chunk size
+        block, all_chunks = block_shape(spec, size), chunks(spec, size)
+        padded = math.prod(block)
     mine = [c for c in all_chunks if c.index % nproc == pid]
     done = committed_chunks(group, mine)
     todo = [c for c in mine if c.index not in done]

@@ -121,7 +121,10 @@ def open_store(path: Path, spec: SweepSpec, chunk_size: int | None):
     """The Zarr group of an existing store holding this sweep, and its chunk size."""
     import zarr
 
-    group = zarr.open_group(str(path), mode="r+")
+    try:
+        group = zarr.open_group(str(path), mode="r+")
+    except Exception:  # not a Zarr group at all
+        raise StoreMismatch(f"{path} exists and is not a fisherdyn sweep store") from None
     return group, _check_matches(dict(group.attrs), spec, chunk_size, path)
 
 
