@@ -153,7 +153,8 @@ def main(argv=None):
     t_relax = _median_time(relax_only, args.repeat)
     print(f"{n} problems, shannon, N = {args.n_keys}, mass = {args.mass:g}, {jax.devices()[0]}")
     t_chunks = t_sweep - t_fixed
-    print(f"  sweep, chunks of {args.chunk_size} (total) {t_sweep:8.3f} s  {n / t_sweep:9.0f} problems/s")
+    print(f"  sweep, chunks of {args.chunk_size} (total) {t_sweep:8.3f} s  "
+          f"{n / t_sweep:9.0f} problems/s")
     print(f"    of which fixed (create store, summary) {t_fixed:.3f} s; chunks {t_chunks:.3f} s")
     print(f"  plain, same work, one batch {t_same:8.3f} s  {n / t_same:9.0f} problems/s"
           f"   engine overhead per chunk {t_chunks / t_same - 1:+.0%} (goal <= 10 %),"
@@ -179,10 +180,12 @@ def main(argv=None):
                             args.repeat) for s in sizes]
     by_keys = [_median_time(_plain(fd, _spec(args.problems, k, args.mass), False)[0],
                             args.repeat) for k in keys]
-    print("  batched relax, cost in problems: " + ", ".join(
-        f"{s}: {t:.3f} s" for s, t in zip(sizes, by_size)) + f"  exponent {_fit(sizes, by_size):.2f}")
-    print(f"  batched relax, cost in N ({n} problems): " + ", ".join(
-        f"{k}: {t:.3f} s" for k, t in zip(keys, by_keys)) + f"  exponent {_fit(keys, by_keys):.2f}")
+    sizes_text = ", ".join(f"{s}: {t:.3f} s" for s, t in zip(sizes, by_size))
+    keys_text = ", ".join(f"{k}: {t:.3f} s" for k, t in zip(keys, by_keys))
+    print(f"  batched relax, cost in problems: {sizes_text}  "
+          f"exponent {_fit(sizes, by_size):.2f}")
+    print(f"  batched relax, cost in N ({n} problems): {keys_text}  "
+          f"exponent {_fit(keys, by_keys):.2f}")
 
 
 if __name__ == "__main__":

@@ -333,6 +333,7 @@ def configure_sweep(p: argparse.ArgumentParser):
         "--chunk-size",
         type=_positive_int,
         default=None,
+        metavar="N",
         help="problems per chunk, the unit of commit (default 512; a resumed store keeps its own)",
     )
     p.add_argument(
@@ -343,9 +344,23 @@ def configure_sweep(p: argparse.ArgumentParser):
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-figure", action="store_true", help="no summary figure beside the store")
     dist = p.add_argument_group("several processes (jax.distributed)")
-    dist.add_argument("--coordinator", type=_address, default=None, metavar="HOST:PORT")
-    dist.add_argument("--num-processes", type=_positive_int, default=None, metavar="P")
-    dist.add_argument("--process-id", type=_nonneg_int, default=None, metavar="I")
+    dist.add_argument(
+        "--coordinator",
+        type=_address,
+        default=None,
+        metavar="HOST:PORT",
+        help="the address of process 0 (jax.distributed.initialize)",
+    )
+    dist.add_argument(
+        "--num-processes", type=_positive_int, default=None, metavar="P", help="processes P"
+    )
+    dist.add_argument(
+        "--process-id",
+        type=_nonneg_int,
+        default=None,
+        metavar="I",
+        help="this process, 0..P-1: it computes the chunks i with i mod P = I",
+    )
 
 
 def check_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser):
