@@ -4,6 +4,7 @@ score ensembles. Nothing here imports JAX."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -211,16 +212,22 @@ class SweepSpec:
         """The scores of one draw: a function of (ensemble, N, seed) alone, so every chunk
         recomputes its own and all families, temperatures, masses and dampings see the same
         draws (paired comparisons)."""
-        code = ENSEMBLES.index(self.scores)
-        rng = np.random.default_rng([seed, n_keys, code])
-        s = self.score_scale
-        if self.scores == "gaussian":
-            return s * rng.standard_normal(n_keys)
-        if self.scores == "cauchy":
-            return s * rng.standard_cauchy(n_keys)
+        return _draw(self.scores, self.score_scale, self.planted_margin, n_keys, seed)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _draw(ensemble: str, s: float, margin: float, n_keys: int, seed: int) -> np.ndarray:
+    # cached: the chunks of other families, temperatures, masses and dampings reuse it
+    rng = np.random.default_rng([seed, n_keys, ENSEMBLES.index(ensemble)])
+    if ensemble == "gaussian":
         z = s * rng.standard_normal(n_keys)
-        z[rng.integers(n_keys)] += self.planted_margin * s
-        return z
+    elif ensemble == "cauchy":
+        z = s * rng.standard_cauchy(n_keys)
+    else:
+        z = s * rng.standard_normal(n_keys)
+        z[rng.integers(n_keys)] += margin * s
+    z.flags.writeable = False
+    return z
 
 
 def load_spec(spec: "SweepSpec | str | Path | dict") -> tuple[SweepSpec, str]:
