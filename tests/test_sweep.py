@@ -193,6 +193,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # 42-69 s on two loaded cores
 def test_two_processes_match_one(reference, work):
     out, port = work / "two.zarr", _free_port()
     procs = [
