@@ -67,6 +67,7 @@ _EXPORTS = {
         "sparsemax",
         "sparsemax_loss",
     ),
+    "_sweep": ("SweepPlan", "SweepSpec", "enable_compilation_cache", "sweep"),
     "_analysis": (
         "AbeExpansion",
         "TangentTest",
@@ -172,6 +173,12 @@ if TYPE_CHECKING:  # what type checkers and the API documentation see
         parse_entropy as parse_entropy,
     )
     from ._results import RESULTS as RESULTS, result_name as result_name
+    from ._sweep import (
+        SweepPlan as SweepPlan,
+        SweepSpec as SweepSpec,
+        enable_compilation_cache as enable_compilation_cache,
+        sweep as sweep,
+    )
     from ._stationary import (
         Branches as Branches,
         Branch as Branch,

@@ -3,6 +3,10 @@
 - `fisherdyn run`: the verification run behind `make run` (the operator table, then every
   family relaxed in three damping regimes and the overdamped flow, and two figures).
 - `fisherdyn simulate`: one trajectory, summarized as text or JSON, optionally plotted.
+- `fisherdyn sweep`: a TOML grid of relaxations into a resumable Zarr store.
+
+Every command keeps JAX's compiled programs in a persistent cache (`--no-compilation-cache`
+or `FISHERDYN_NO_COMPILATION_CACHE=1` to switch it off).
 
 The parser is plain argparse and imports no JAX: a subcommand's module is imported after
 the arguments are parsed, so `--help`, `--version` and usage errors answer at once. Every bad
@@ -12,6 +16,7 @@ argument exits with status 2 and one line naming the argument.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import _options
@@ -27,6 +32,10 @@ _COMMANDS = {
     "simulate": (
         "integrate one trajectory of the damped Fisher-Lagrangian dynamics",
         _options.configure_simulate,
+    ),
+    "sweep": (
+        "relax every problem of a TOML grid into a resumable Zarr store",
+        _options.configure_sweep,
     ),
 }
 
@@ -67,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (help_, configure) in _COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
         configure(p)
+        p.add_argument(
+            "--no-compilation-cache",
+            action="store_true",
+            help="do not keep compiled programs in $FISHERDYN_CACHE/jax (default: the user "
+            "cache directory)",
+        )
         p.set_defaults(_parser=p)
     return parser
 
@@ -100,7 +115,21 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(_glue_negative_vectors(argv))
     if args.command == "simulate":
         _options.check_simulate(args, args._parser)
+    if args.command == "sweep":
+        _options.check_sweep(args, args._parser)
+        # Equinox's runtime checks as NaN instead of a host callback, which JAX never
+        # writes to the persistent cache; a sweep records failures by result code anyway.
+        # Read when equinox is first imported, which parsing `sweep` has not done.
+        os.environ.setdefault("EQX_ON_ERROR", "nan")
     _options.enable_x64()
+    if not args.no_compilation_cache:
+        from .._sweep import enable_compilation_cache
+
+        enable_compilation_cache()
+    if args.command == "sweep":
+        from ._sweep import sweep_command
+
+        return int(sweep_command(args) or 0)
     if args.command == "run":
         from ._run import run_command
 

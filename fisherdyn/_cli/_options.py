@@ -1,4 +1,4 @@
-"""The options of `fisherdyn run` and `fisherdyn simulate`, and their argument types.
+"""The options of `fisherdyn run`, `simulate` and `sweep`, and their argument types.
 
 Nothing here imports JAX at module level, so that `--help` and usage errors answer at once;
 an entropy argument imports the library when it is parsed.
@@ -11,7 +11,14 @@ import math
 import warnings
 from pathlib import Path
 
-__all__ = ["configure_run", "configure_simulate", "check_simulate", "enable_x64"]
+__all__ = [
+    "configure_run",
+    "configure_simulate",
+    "configure_sweep",
+    "check_simulate",
+    "check_sweep",
+    "enable_x64",
+]
 
 DEFAULT_SCORES = [1.3, 0.2, -0.7, 0.5, -1.6, 0.9]
 DEFAULT_T = 0.8
@@ -288,3 +295,83 @@ def check_simulate(args: argparse.Namespace, parser: argparse.ArgumentParser):
             )
         if min(args.rho0) < 0 or abs(math.fsum(args.rho0) - 1) > 1e-9 * n:
             parser.error("argument --rho0: must lie on the simplex (>= 0, summing to 1)")
+
+
+# --------------------------------------------------------------------------- fisherdyn sweep
+
+
+def _address(text):
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return text
+
+
+def _nonneg_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _spec_file(text):
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    return path
+
+
+def configure_sweep(p: argparse.ArgumentParser):
+    p.add_argument("spec", type=_spec_file, metavar="SPEC.toml", help="the grid to sweep")
+    p.add_argument(
+        "--out", type=Path, required=True, metavar="STORE.zarr", help="the Zarr store to fill"
+    )
+    p.add_argument(
+        "--chunk-size",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="problems per chunk, the unit of commit (default 512; a resumed store keeps its own)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the problem count, the chunks and an estimate from a timed first chunk",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-figure", action="store_true", help="no summary figure beside the store")
+    dist = p.add_argument_group("several processes (jax.distributed)")
+    dist.add_argument(
+        "--coordinator",
+        type=_address,
+        default=None,
+        metavar="HOST:PORT",
+        help="the address of process 0 (jax.distributed.initialize)",
+    )
+    dist.add_argument(
+        "--num-processes", type=_positive_int, default=None, metavar="P", help="processes P"
+    )
+    dist.add_argument(
+        "--process-id",
+        type=_nonneg_int,
+        default=None,
+        metavar="I",
+        help="this process, 0..P-1: it computes the chunks i with i mod P = I",
+    )
+
+
+def check_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser):
+    """The distributed options go together (`parser.error`, exit 2, otherwise)."""
+    given = [args.coordinator, args.num_processes, args.process_id]
+    if any(v is not None for v in given) and any(v is None for v in given):
+        parser.error(
+            "argument --coordinator: --coordinator, --num-processes and --process-id go together"
+        )
+    if args.process_id is not None and args.process_id >= args.num_processes:
+        parser.error(
+            f"argument --process-id: must be < --num-processes ({args.num_processes}), "
+            f"got {args.process_id}"
+        )
