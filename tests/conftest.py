@@ -1,7 +1,12 @@
+import os
 import sys
 
-import jax
-import pytest
+# the CLI commands tests call in-process would otherwise write compiled programs into the
+# user cache directory
+os.environ.setdefault("FISHERDYN_NO_COMPILATION_CACHE", "1")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
