@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from .._custom_types import Array, ArrayLike, Float, Int, RealScalarLike, Scores, Temperature
+from .._custom_types import Array, ArrayLike, Bool, Float, Int, RealScalarLike, Scores, Temperature
 from .._entropies import AbstractEntropy
 from .._results import RESULTS, result_name
 from ._batching import run
@@ -148,7 +148,7 @@ def _simulate_single(system, rho0, v0, extra, static: _Static):
         y0=y0,
         args=(system, boundary_tol),
         saveat=diffrax.SaveAt(ts=ts, t1=True),
-        stepsize_controller=controller(static.solver, rtol, atol),
+        stepsize_controller=controller(static.solver, rtol, atol, system.mask),
         event=coords.boundary_event(static.overdamped),
         max_steps=static.max_steps,
         throw=False,
@@ -196,6 +196,7 @@ def simulate(
     max_steps: int = 100_000,
     solver: diffrax.AbstractSolver | str | None = None,
     boundary_tol: Float[ArrayLike, "*#batch"] | RealScalarLike = 1e-8,
+    mask: Bool[ArrayLike, "*#batch N"] | None = None,
     throw: bool = True,
     progress: bool = False,
 ) -> Trajectory:
@@ -222,6 +223,11 @@ def simulate(
     - `rtol`, `atol`: PID step-size controller tolerances (default 1e-8, 1e-10 in float64;
       1e-5, 1e-7 in float32, i.e. when JAX's x64 mode is off). `solver`: a diffrax solver or
       one of `"tsit5"` (default), `"dopri5"`, `"dopri8"`, `"kvaerno5"` (stiff, implicit).
+    - `mask`: boolean, broadcasting against `scores`; True where the key takes part. A
+      `-inf` score is a masked key too. Masked weights (and velocities) are exactly 0 at
+      every saved time, and the step-size control ignores them, so a problem padded with
+      masked keys gives the unpadded one's trajectory to round-off. A problem with every key
+      masked is a `ValueError` (a runtime error under `jit`).
     - `max_steps`: static step budget. `throw`: raise on a failed solve (max_steps, ...); a
       boundary event is a result, not an error. `progress`: show Diffrax's tqdm meter.
 
@@ -230,7 +236,9 @@ def simulate(
     A `Trajectory` (batched over the leading axes when given a batch).
     """
     overdamped = is_overdamped(mass)
-    problem = prepare(entropy, scores, T, mass, damping, rho0, velocity0, overdamped, False)
+    problem = prepare(
+        entropy, scores, T, mass, damping, rho0, velocity0, overdamped, False, mask
+    )
     coords = as_coordinates(coords)
     solver = resolve_solver(solver)
     dtype = problem.rho0.dtype
