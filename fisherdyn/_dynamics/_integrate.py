@@ -30,6 +30,7 @@ from ._problem import (
     positive_time,
     prepare,
     raise_if,
+    resolve_adjoint,
     resolve_solver,
 )
 
@@ -83,6 +84,7 @@ class _Static(eqx.Module):
     max_steps: int = eqx.field(static=True)
     n_save: int = eqx.field(static=True)
     progress: bool = eqx.field(static=True)
+    adjoint: diffrax.AbstractAdjoint = eqx.field(static=True)
 
 
 def term(coords: AbstractCoordinates, overdamped: bool) -> diffrax.ODETerm:
@@ -152,6 +154,7 @@ def _simulate_single(system, rho0, v0, extra, static: _Static):
         event=coords.boundary_event(static.overdamped),
         max_steps=static.max_steps,
         throw=False,
+        adjoint=static.adjoint,
         progress_meter=meter(static.progress),
     )
     result = RESULTS.promote(sol.result)
@@ -197,6 +200,7 @@ def simulate(
     solver: diffrax.AbstractSolver | str | None = None,
     boundary_tol: Float[ArrayLike, "*#batch"] | RealScalarLike = 1e-8,
     mask: Bool[ArrayLike, "*#batch N"] | None = None,
+    adjoint: diffrax.AbstractAdjoint | None = None,
     throw: bool = True,
     progress: bool = False,
 ) -> Trajectory:
@@ -228,7 +232,13 @@ def simulate(
       every saved time, and the step-size control ignores them, so a problem padded with
       masked keys gives the unpadded one's trajectory to round-off. A problem with every key
       masked is a `ValueError` (a runtime error under `jit`).
-    - `max_steps`: static step budget. `throw`: raise on a failed solve (max_steps, ...); a
+    - `adjoint`: how the solve is differentiated. The default (None) is
+      `diffrax.RecursiveCheckpointAdjoint()`: `jax.grad` / `jax.vjp` of any output with
+      respect to `scores`, `T`, `mass`, `damping`, the entropy's parameters and the initial
+      state (discretise-then-optimise: the derivative of the computed solution, with the
+      step sizes it chose). Forward mode (`jax.jvp`, `jax.jacfwd`) needs
+      `adjoint=diffrax.ForwardMode()`, which in turn cannot be reverse-differentiated.
+    - `max_steps`: static step budget (finite, as the checkpointed adjoint needs). `throw`: raise on a failed solve (max_steps, ...); a
       boundary event is a result, not an error. `progress`: show Diffrax's tqdm meter.
 
     **Returns:**
@@ -240,12 +250,15 @@ def simulate(
         entropy, scores, T, mass, damping, rho0, velocity0, overdamped, False, mask
     )
     coords = as_coordinates(coords)
-    solver = resolve_solver(solver)
+    adjoint = resolve_adjoint(adjoint)
+    solver = resolve_solver(solver, reverse=not isinstance(adjoint, diffrax.ForwardMode))
     dtype = problem.rho0.dtype
     tols = default_tols(dtype, rtol=rtol, atol=atol)
     t1 = positive_time(t1, dtype)
     ts, n_save = _save_times(saveat, t1, dtype)
-    static = _Static(coords, solver, overdamped, int(max_steps), n_save, bool(progress))
+    static = _Static(
+        coords, solver, overdamped, int(max_steps), n_save, bool(progress), adjoint
+    )
     extra = (t1, tols["rtol"], tols["atol"], jnp.asarray(boundary_tol, dtype), ts)
     out = run(_simulate_single, problem, extra, (0, 0, 0, 0, 1), static)
     if throw:

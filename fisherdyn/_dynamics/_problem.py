@@ -26,6 +26,7 @@ __all__ = [
     "positive_time",
     "is_overdamped",
     "resolve_solver",
+    "resolve_adjoint",
     "controller",
     "masked_rms_norm",
     "raise_if",
@@ -82,26 +83,41 @@ def positive_time(t1, dtype) -> Float[Array, "*#batch"]:
 
 
 # The explicit solvers loop over their stages with `lax.scan` (one trace of the vector
-# field instead of one per stage): faster to compile, same steps.
+# field instead of one per stage): faster to compile, same steps. A plain `lax` loop cannot
+# be reverse-differentiated, so a solve that may be (any adjoint but `ForwardMode`) uses
+# Diffrax's bounded loop instead.
 _SOLVERS = {
-    "tsit5": lambda: diffrax.Tsit5(scan_kind="lax"),
-    "dopri5": lambda: diffrax.Dopri5(scan_kind="lax"),
-    "dopri8": lambda: diffrax.Dopri8(scan_kind="lax"),
-    "kvaerno5": diffrax.Kvaerno5,
+    "tsit5": lambda kind: diffrax.Tsit5(scan_kind=kind),
+    "dopri5": lambda kind: diffrax.Dopri5(scan_kind=kind),
+    "dopri8": lambda kind: diffrax.Dopri8(scan_kind=kind),
+    "kvaerno5": lambda kind: diffrax.Kvaerno5(),
 }
 
 
-def resolve_solver(solver: diffrax.AbstractSolver | str | None) -> diffrax.AbstractSolver:
-    """A Diffrax solver from `solver=`: an instance, a name in `_SOLVERS`, or None (Tsit5)."""
+def resolve_solver(
+    solver: diffrax.AbstractSolver | str | None, reverse: bool = False
+) -> diffrax.AbstractSolver:
+    """A Diffrax solver from `solver=`: an instance, a name in `_SOLVERS`, or None (Tsit5);
+    `reverse`: the named solvers' stage loop must be reverse-differentiable."""
+    kind = "bounded" if reverse else "lax"
     if solver is None:
-        return _SOLVERS["tsit5"]()
+        return _SOLVERS["tsit5"](kind)
     if isinstance(solver, diffrax.AbstractSolver):
         return solver
     if isinstance(solver, str) and solver.lower() in _SOLVERS:
-        return _SOLVERS[solver.lower()]()
+        return _SOLVERS[solver.lower()](kind)
     raise ValueError(
         f"solver must be a diffrax solver or one of {sorted(_SOLVERS)}, got {solver!r}"
     )
+
+
+def resolve_adjoint(adjoint: diffrax.AbstractAdjoint | None) -> diffrax.AbstractAdjoint:
+    """`adjoint=`: None is Diffrax's checkpointed reverse mode (`RecursiveCheckpointAdjoint`)."""
+    if adjoint is None:
+        return diffrax.RecursiveCheckpointAdjoint()
+    if not isinstance(adjoint, diffrax.AbstractAdjoint):
+        raise ValueError(f"adjoint must be a diffrax adjoint, got {adjoint!r}")
+    return adjoint
 
 
 def masked_rms_norm(mask):
