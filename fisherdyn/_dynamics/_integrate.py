@@ -50,7 +50,8 @@ class Trajectory(eqx.Module):
     - `constraint_drift`: max over saved points of $|\\sum x^2 - 1|$ (sphere) or
       $|\\sum\\rho - 1|$ (simplex) of the raw integrated state.
     - `result`: a `fisherdyn.RESULTS` code (Diffrax's codes, promoted, plus
-      `boundary_reached`); `result_name` prints it as a word. `stats`: Diffrax's step counts.
+      `boundary_reached`, `boundary_singular`); `result_name` prints it as a word.
+      `stats`: Diffrax's step counts.
     - `coords`: the chart's name; `overdamped`: whether the first-order flow was integrated.
 
     A batch of problems adds its batch axes in front of every array field.
@@ -158,9 +159,8 @@ def _simulate_single(system, rho0, v0, extra, static: _Static):
         progress_meter=meter(static.progress),
     )
     result = RESULTS.promote(sol.result)
-    result = RESULTS.where(
-        sol.result == diffrax.RESULTS.event_occurred, RESULTS.boundary_reached, result
-    )
+    at_event = RESULTS.boundary_singular if coords.name == "sphere" else RESULTS.boundary_reached
+    result = RESULTS.where(sol.result == diffrax.RESULTS.event_occurred, at_event, result)
     return trajectory(sol, y0, system, coords, static.overdamped, result)
 
 
@@ -223,7 +223,11 @@ def simulate(
     - `coords`: the chart, `SphereCoordinates()` / `"sphere"` ($\\rho = x^2$, default; smooth
       through the boundary) or `SimplexCoordinates()` / `"simplex"` (stops with
       `RESULTS.boundary_reached` where a weight hits 0 in finite time: within
-      `boundary_tol` and closing in faster than $0.1\\sqrt{m/T}$).
+      `boundary_tol` and closing in faster than $0.1\\sqrt{m/T}$). The inertial sphere chart
+      stops with `RESULTS.boundary_singular` where a weight closes in on 0 in the same way
+      for a family whose force diverges there at finite free energy (Abe with
+      $\\max(q, 1/q) \\ge 2$, Kaniadakis with $\\kappa > 1/2$, Tsallis with $q < 1/2$): the
+      equation of motion is not well-posed there.
     - `rtol`, `atol`: PID step-size controller tolerances (default 1e-8, 1e-10 in float64;
       1e-5, 1e-7 in float32, i.e. when JAX's x64 mode is off). `solver`: a diffrax solver or
       one of `"tsit5"` (default), `"dopri5"`, `"dopri8"`, `"kvaerno5"` (stiff, implicit).
