@@ -83,3 +83,14 @@ def test_all_masked_is_an_error():
         fd.relax(fd.Shannon(), np.full(5, -np.inf), mass=1.0, damping=1.0)
     with pytest.raises(ValueError, match="mask must be boolean"):
         fd.simulate(fd.Shannon(), Z5, mask=np.ones(5))
+
+
+def test_masked_spectrum_has_no_masked_modes():
+    a = fd.relaxation_spectrum(fd.Shannon(), Z5, 1.2, mass=0.7, damping=1.0)
+    b = fd.relaxation_spectrum(fd.Shannon(), PAD, 1.2, mass=0.7, damping=1.0, mask=MASK)
+    assert np.max(np.abs(a.omega2 - b.omega2[:4])) < 1e-12
+    assert np.max(np.abs(a.rates - b.rates[:4])) < 1e-12
+    assert np.all(np.isinf(b.omega2[4:])) and np.all(b.modes[:, 4:] == 0)
+    assert np.all(b.modes[5:, :] == 0) and np.all(b.rho[5:] == 0)
+    np.testing.assert_allclose(b.decay_rates[:4], a.decay_rates, atol=1e-12)
+    assert abs(float(a.slowest_rate - b.slowest_rate)) < 1e-12
