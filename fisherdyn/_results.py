@@ -18,6 +18,12 @@ class RESULTS(diffrax.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
         "Laraki & Mertikopoulos 2015); the simplex chart cannot continue there. The "
         "trajectory stops at the event: use coords='sphere' to integrate through it."
     )
+    boundary_singular = (
+        "A weight reached 0 in finite time where the family's force diverges (finite free "
+        "energy, infinite force: the inertial dynamics is not well-posed there), so the "
+        "trajectory stops at the event: increase the damping, use the overdamped flow "
+        "(mass=0), or coords='simplex' to stop at its boundary event."
+    )
     steady_state_not_reached = (
         "No steady state was reached before t1: increase t1 (or max_steps), or the damping."
     )

@@ -55,6 +55,7 @@ def _broadcast_problem(problem: Problem, extra: tuple, extra_dims: tuple, shape)
         per_problem(s.T, 0),
         per_problem(s.mass, 0),
         per_problem(s.damping, 0),
+        None if s.mask is None else per_problem(s.mask, 1),
     )
     rho0 = per_problem(problem.rho0, 1)
     v0 = None if problem.velocity0 is None else per_problem(problem.velocity0, 1)

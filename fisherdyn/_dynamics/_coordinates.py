@@ -26,12 +26,19 @@ from typing import Any, ClassVar
 
 import diffrax
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from .._custom_types import Array, Bool, Float, PyTree
 from ._system import FisherSystem, forces, free_energy_of
 
-__all__ = ["AbstractCoordinates", "SphereCoordinates", "SimplexCoordinates", "as_coordinates"]
+__all__ = [
+    "AbstractCoordinates",
+    "SphereCoordinates",
+    "SimplexCoordinates",
+    "as_coordinates",
+    "boundary_force_diverges",
+]
 
 State = PyTree[Float[Array, "*batch N"]]
 """A chart's state: `(position, velocity)` for the inertial system, `position` alone for the
@@ -179,7 +186,55 @@ class SphereCoordinates(AbstractCoordinates):
         return jnp.abs(jnp.sum(x * x, -1) - 1)
 
     def boundary_event(self, overdamped):
-        return None
+        # the overdamped flow has a bounded speed wherever F is finite: no event
+        if overdamped:
+            return None
+        return diffrax.Event(lambda t, y, args, **kwargs: self.singular_boundary_hit(y, *args))
+
+    @staticmethod
+    def singular_boundary_hit(
+        y: State, system: FisherSystem, boundary_tol: Float[Array, ""]
+    ) -> Bool[Array, ""]:
+        """True once a weight closes in on 0 in finite time where the family's sphere force
+        $x_i h(x_i^2)$ diverges at $x_i = 0$ (free energy finite there, so a trajectory can
+        climb the cusp; the equation of motion is not Lipschitz there and the solver stalls).
+
+        The criterion is `SimplexCoordinates.boundary_hit`'s in the sphere's terms: within
+        `boundary_tol` in $\\rho_i = x_i^2$, moving towards 0, and with time-to-boundary
+        $|x_i/\\dot x_i|$ below $0.1\\sqrt{m/T}$. Masked keys (exactly 0) never count.
+        """
+        x, v = y
+        singular = boundary_force_diverges(system)
+        tau = 0.1 * jnp.sqrt(system.mass / system.T)
+        close = x * x < boundary_tol
+        approaching = x * v < 0
+        fast = jnp.abs(x) < jnp.abs(v) * tau
+        hit = close & approaching & fast
+        if system.mask is not None:
+            hit = hit & system.mask
+        return singular & jnp.any(hit)
+
+
+def boundary_force_diverges(system: FisherSystem) -> Bool[Array, ""]:
+    """Whether the sphere force $x\\,h(x^2)$ of a weight grows without bound as $x \\to 0$
+    while the free energy stays finite there (Abe with $\\max(q, 1/q) \\ge 2$, Kaniadakis
+    with $\\kappa > 1/2$, Tsallis with $q < 1/2$, ...).
+
+    Decided from the entropy itself: the force at $x = 10^{-6}$ against $x = 10^{-3}$ (a
+    bounded force, $x\\log x^2$ or $x^{2q-1}$ with $q \\ge 1/2$, shrinks or stays; a divergent
+    one grows by a power of $10^3$). A family whose free energy is infinite at the boundary
+    (Burg) keeps every trajectory of finite energy away from it.
+    """
+    entropy = system.entropy
+    if not entropy.finite_at_boundary:
+        return jnp.asarray(False)
+    dtype = system.scores.dtype
+    x = jnp.asarray([1e-6, 1e-3], dtype)
+    rho = jnp.stack([x * x, 1 - x * x], -1)
+    h = entropy.grad(rho)[..., 0]
+    s = jnp.abs(x * h)
+    grows = (s[0] > 1.01 * s[1]) | ~jnp.isfinite(s[0])
+    return jax.lax.stop_gradient(jnp.isfinite(s[1]) & grows)
 
 
 class SimplexCoordinates(AbstractCoordinates):

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from .._custom_types import Array, ArrayLike, Float, Int, RealScalarLike, Scores, Temperature
+from .._custom_types import Array, ArrayLike, Bool, Float, Int, RealScalarLike, Scores, Temperature
 from .._entropies import AbstractEntropy
 from .._results import RESULTS, result_name
 from ._batching import run
@@ -30,6 +30,7 @@ from ._problem import (
     positive_time,
     prepare,
     raise_if,
+    resolve_adjoint,
     resolve_solver,
 )
 
@@ -49,7 +50,8 @@ class Trajectory(eqx.Module):
     - `constraint_drift`: max over saved points of $|\\sum x^2 - 1|$ (sphere) or
       $|\\sum\\rho - 1|$ (simplex) of the raw integrated state.
     - `result`: a `fisherdyn.RESULTS` code (Diffrax's codes, promoted, plus
-      `boundary_reached`); `result_name` prints it as a word. `stats`: Diffrax's step counts.
+      `boundary_reached`, `boundary_singular`); `result_name` prints it as a word.
+      `stats`: Diffrax's step counts.
     - `coords`: the chart's name; `overdamped`: whether the first-order flow was integrated.
 
     A batch of problems adds its batch axes in front of every array field.
@@ -83,6 +85,7 @@ class _Static(eqx.Module):
     max_steps: int = eqx.field(static=True)
     n_save: int = eqx.field(static=True)
     progress: bool = eqx.field(static=True)
+    adjoint: diffrax.AbstractAdjoint = eqx.field(static=True)
 
 
 def term(coords: AbstractCoordinates, overdamped: bool) -> diffrax.ODETerm:
@@ -148,16 +151,16 @@ def _simulate_single(system, rho0, v0, extra, static: _Static):
         y0=y0,
         args=(system, boundary_tol),
         saveat=diffrax.SaveAt(ts=ts, t1=True),
-        stepsize_controller=controller(static.solver, rtol, atol),
+        stepsize_controller=controller(static.solver, rtol, atol, system.mask),
         event=coords.boundary_event(static.overdamped),
         max_steps=static.max_steps,
         throw=False,
+        adjoint=static.adjoint,
         progress_meter=meter(static.progress),
     )
     result = RESULTS.promote(sol.result)
-    result = RESULTS.where(
-        sol.result == diffrax.RESULTS.event_occurred, RESULTS.boundary_reached, result
-    )
+    at_event = RESULTS.boundary_singular if coords.name == "sphere" else RESULTS.boundary_reached
+    result = RESULTS.where(sol.result == diffrax.RESULTS.event_occurred, at_event, result)
     return trajectory(sol, y0, system, coords, static.overdamped, result)
 
 
@@ -196,6 +199,8 @@ def simulate(
     max_steps: int = 100_000,
     solver: diffrax.AbstractSolver | str | None = None,
     boundary_tol: Float[ArrayLike, "*#batch"] | RealScalarLike = 1e-8,
+    mask: Bool[ArrayLike, "*#batch N"] | None = None,
+    adjoint: diffrax.AbstractAdjoint | None = None,
     throw: bool = True,
     progress: bool = False,
 ) -> Trajectory:
@@ -218,11 +223,26 @@ def simulate(
     - `coords`: the chart, `SphereCoordinates()` / `"sphere"` ($\\rho = x^2$, default; smooth
       through the boundary) or `SimplexCoordinates()` / `"simplex"` (stops with
       `RESULTS.boundary_reached` where a weight hits 0 in finite time: within
-      `boundary_tol` and closing in faster than $0.1\\sqrt{m/T}$).
+      `boundary_tol` and closing in faster than $0.1\\sqrt{m/T}$). The inertial sphere chart
+      stops with `RESULTS.boundary_singular` where a weight closes in on 0 in the same way
+      for a family whose force diverges there at finite free energy (Abe with
+      $\\max(q, 1/q) \\ge 2$, Kaniadakis with $\\kappa > 1/2$, Tsallis with $q < 1/2$): the
+      equation of motion is not well-posed there.
     - `rtol`, `atol`: PID step-size controller tolerances (default 1e-8, 1e-10 in float64;
       1e-5, 1e-7 in float32, i.e. when JAX's x64 mode is off). `solver`: a diffrax solver or
       one of `"tsit5"` (default), `"dopri5"`, `"dopri8"`, `"kvaerno5"` (stiff, implicit).
-    - `max_steps`: static step budget. `throw`: raise on a failed solve (max_steps, ...); a
+    - `mask`: boolean, broadcasting against `scores`; True where the key takes part. A
+      `-inf` score is a masked key too. Masked weights (and velocities) are exactly 0 at
+      every saved time, and the step-size control ignores them, so a problem padded with
+      masked keys gives the unpadded one's trajectory to round-off. A problem with every key
+      masked is a `ValueError` (a runtime error under `jit`).
+    - `adjoint`: how the solve is differentiated. The default (None) is
+      `diffrax.RecursiveCheckpointAdjoint()`: `jax.grad` / `jax.vjp` of any output with
+      respect to `scores`, `T`, `mass`, `damping`, the entropy's parameters and the initial
+      state (discretise-then-optimise: the derivative of the computed solution, with the
+      step sizes it chose). Forward mode (`jax.jvp`, `jax.jacfwd`) needs
+      `adjoint=diffrax.ForwardMode()`, which in turn cannot be reverse-differentiated.
+    - `max_steps`: static step budget (finite, as the checkpointed adjoint needs). `throw`: raise on a failed solve (max_steps, ...); a
       boundary event is a result, not an error. `progress`: show Diffrax's tqdm meter.
 
     **Returns:**
@@ -230,14 +250,19 @@ def simulate(
     A `Trajectory` (batched over the leading axes when given a batch).
     """
     overdamped = is_overdamped(mass)
-    problem = prepare(entropy, scores, T, mass, damping, rho0, velocity0, overdamped, False)
+    problem = prepare(
+        entropy, scores, T, mass, damping, rho0, velocity0, overdamped, False, mask
+    )
     coords = as_coordinates(coords)
-    solver = resolve_solver(solver)
+    adjoint = resolve_adjoint(adjoint)
+    solver = resolve_solver(solver, reverse=not isinstance(adjoint, diffrax.ForwardMode))
     dtype = problem.rho0.dtype
     tols = default_tols(dtype, rtol=rtol, atol=atol)
     t1 = positive_time(t1, dtype)
     ts, n_save = _save_times(saveat, t1, dtype)
-    static = _Static(coords, solver, overdamped, int(max_steps), n_save, bool(progress))
+    static = _Static(
+        coords, solver, overdamped, int(max_steps), n_save, bool(progress), adjoint
+    )
     extra = (t1, tols["rtol"], tols["atol"], jnp.asarray(boundary_tol, dtype), ts)
     out = run(_simulate_single, problem, extra, (0, 0, 0, 0, 1), static)
     if throw:

@@ -26,7 +26,9 @@ __all__ = [
     "positive_time",
     "is_overdamped",
     "resolve_solver",
+    "resolve_adjoint",
     "controller",
+    "masked_rms_norm",
     "raise_if",
 ]
 
@@ -81,35 +83,66 @@ def positive_time(t1, dtype) -> Float[Array, "*#batch"]:
 
 
 # The explicit solvers loop over their stages with `lax.scan` (one trace of the vector
-# field instead of one per stage): faster to compile, same steps.
+# field instead of one per stage): faster to compile, same steps. A plain `lax` loop cannot
+# be reverse-differentiated, so a solve that may be (any adjoint but `ForwardMode`) uses
+# Diffrax's bounded loop instead.
 _SOLVERS = {
-    "tsit5": lambda: diffrax.Tsit5(scan_kind="lax"),
-    "dopri5": lambda: diffrax.Dopri5(scan_kind="lax"),
-    "dopri8": lambda: diffrax.Dopri8(scan_kind="lax"),
-    "kvaerno5": diffrax.Kvaerno5,
+    "tsit5": lambda kind: diffrax.Tsit5(scan_kind=kind),
+    "dopri5": lambda kind: diffrax.Dopri5(scan_kind=kind),
+    "dopri8": lambda kind: diffrax.Dopri8(scan_kind=kind),
+    "kvaerno5": lambda kind: diffrax.Kvaerno5(),
 }
 
 
-def resolve_solver(solver: diffrax.AbstractSolver | str | None) -> diffrax.AbstractSolver:
-    """A Diffrax solver from `solver=`: an instance, a name in `_SOLVERS`, or None (Tsit5)."""
+def resolve_solver(
+    solver: diffrax.AbstractSolver | str | None, reverse: bool = False
+) -> diffrax.AbstractSolver:
+    """A Diffrax solver from `solver=`: an instance, a name in `_SOLVERS`, or None (Tsit5);
+    `reverse`: the named solvers' stage loop must be reverse-differentiable."""
+    kind = "bounded" if reverse else "lax"
     if solver is None:
-        return _SOLVERS["tsit5"]()
+        return _SOLVERS["tsit5"](kind)
     if isinstance(solver, diffrax.AbstractSolver):
         return solver
     if isinstance(solver, str) and solver.lower() in _SOLVERS:
-        return _SOLVERS[solver.lower()]()
+        return _SOLVERS[solver.lower()](kind)
     raise ValueError(
         f"solver must be a diffrax solver or one of {sorted(_SOLVERS)}, got {solver!r}"
     )
 
 
-def controller(solver: diffrax.AbstractSolver, rtol, atol) -> diffrax.PIDController:
+def resolve_adjoint(adjoint: diffrax.AbstractAdjoint | None) -> diffrax.AbstractAdjoint:
+    """`adjoint=`: None is Diffrax's checkpointed reverse mode (`RecursiveCheckpointAdjoint`)."""
+    if adjoint is None:
+        return diffrax.RecursiveCheckpointAdjoint()
+    if not isinstance(adjoint, diffrax.AbstractAdjoint):
+        raise ValueError(f"adjoint must be a diffrax adjoint, got {adjoint!r}")
+    return adjoint
+
+
+def masked_rms_norm(mask):
+    """The RMS norm over the unmasked keys only, so that padding a problem with masked keys
+    leaves its step sizes unchanged (Diffrax's norm would average over the padding too)."""
+
+    def norm(tree):
+        leaves = jtu.tree_leaves(tree)
+        total = sum(jnp.sum(jnp.where(mask, leaf * leaf, 0.0)) for leaf in leaves)
+        count = len(leaves) * jnp.sum(mask, dtype=total.dtype)
+        mean = total / count
+        positive = mean > 0
+        return jnp.where(positive, jnp.sqrt(jnp.where(positive, mean, 1.0)), 0.0)
+
+    return norm
+
+
+def controller(solver: diffrax.AbstractSolver, rtol, atol, mask=None) -> diffrax.PIDController:
     """The step-size controller: for the explicit solvers a less sensitive PI controller (one
     of Diffrax's suggested sets for error estimates that do not vary smoothly), Diffrax's
-    default coefficients for the implicit ones."""
+    default coefficients for the implicit ones. With a `mask`, its norm skips masked keys."""
+    kwargs = {} if mask is None else dict(norm=masked_rms_norm(mask))
     if isinstance(solver, diffrax.AbstractImplicitSolver):
-        return diffrax.PIDController(rtol=rtol, atol=atol)
-    return diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.3)
+        return diffrax.PIDController(rtol=rtol, atol=atol, **kwargs)
+    return diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.3, **kwargs)
 
 
 def is_overdamped(mass) -> bool:
@@ -138,7 +171,12 @@ class Problem(eqx.Module):
     batch_shape: tuple[int, ...] = eqx.field(static=True)
 
 
-def _scores(scores) -> Float[Array, "*batch N"]:
+def _scores(scores, mask):
+    """The scores as a float array and the mask (None: every key takes part).
+
+    A `-inf` score (in concrete scores) is a masked key, as in `jax.nn.softmax`; masked
+    scores are stored as 0 so that nothing non-finite enters the forces.
+    """
     z = jnp.asarray(scores)
     z = z.astype(jnp.result_type(float)) if not jnp.issubdtype(z.dtype, jnp.floating) else z
     if jnp.finfo(z.dtype).bits < 32:
@@ -149,7 +187,24 @@ def _scores(scores) -> Float[Array, "*batch N"]:
         raise ValueError("scores must have at least one axis (the keys)")
     if z.shape[-1] < 2:
         raise ValueError(f"the dynamics needs at least 2 keys, got scores of shape {z.shape}")
-    return check(jnp.all(jnp.isfinite(z)), "scores must be finite", z)
+    if mask is None and is_concrete(z) and bool(np.any(np.isneginf(np.asarray(z)))):
+        mask = True
+    if mask is None:
+        return check(jnp.all(jnp.isfinite(z)), "scores must be finite", z), None
+    mask = jnp.asarray(mask)
+    if mask.dtype != jnp.bool_:
+        raise ValueError(f"mask must be boolean (True: the key takes part), got {mask.dtype}")
+    shape = jnp.broadcast_shapes(z.shape, mask.shape)
+    mask = jnp.broadcast_to(mask, shape) & (jnp.broadcast_to(z, shape) != -jnp.inf)
+    z = jnp.where(mask, z, jnp.zeros((), z.dtype))
+    z = check(jnp.all(jnp.isfinite(z)), "scores must be finite (or -inf: masked)", z)
+    mask = check(
+        jnp.all(jnp.any(mask, -1)),
+        "every key of a problem is masked (mask all False, or all scores -inf): there is "
+        "nothing to integrate",
+        mask,
+    )
+    return z, mask
 
 
 def _parameters(T, mass, damping, dtype, overdamped, need_damping):
@@ -170,28 +225,35 @@ def _parameters(T, mass, damping, dtype, overdamped, need_damping):
     return T, mass, damping
 
 
-def _initial_weights(rho0, entropy, n, dtype) -> Float[Array, "*#batch N"]:
+def _initial_weights(rho0, entropy, n, dtype, mask) -> Float[Array, "*#batch N"]:
     if rho0 is None:
-        return jnp.full((n,), 1.0 / n, dtype)
+        if mask is None:
+            return jnp.full((n,), 1.0 / n, dtype)
+        n_active = jnp.sum(mask, -1, keepdims=True, dtype=dtype)
+        return jnp.where(mask, 1 / n_active, jnp.zeros((), dtype))
     rho0 = jnp.asarray(rho0, dtype)
     if rho0.shape[-1:] != (n,):
         raise ValueError(f"rho0 must have {n} weights on its last axis, got {rho0.shape}")
+    if mask is not None:
+        rho0 = jnp.where(mask, rho0, jnp.zeros((), dtype))
     ok = (
         jnp.all(rho0 >= 0, -1)
         & jnp.all(jnp.isfinite(rho0), -1)
         & (jnp.abs(jnp.sum(rho0, -1) - 1) <= 1e-9 * n)
     )
-    rho0 = check(ok, "rho0 must lie on the simplex (rho0 >= 0, sum(rho0) = 1)", rho0)
+    where = "" if mask is None else " on the unmasked keys"
+    rho0 = check(ok, f"rho0 must lie on the simplex{where} (rho0 >= 0, sum(rho0) = 1)", rho0)
     if not entropy.finite_at_boundary:
         rho0 = check(
-            jnp.all(rho0 > 0),
-            f"{entropy.name}'s free energy is infinite on the boundary: rho0 must be > 0",
+            jnp.all((rho0 > 0) | (False if mask is None else ~mask)),
+            f"{entropy.name}'s free energy is infinite on the boundary: rho0 must be > 0"
+            + where,
             rho0,
         )
     return rho0
 
 
-def _initial_velocity(velocity0, rho0, n, dtype, overdamped):
+def _initial_velocity(velocity0, rho0, n, dtype, overdamped, mask):
     if velocity0 is None:
         return None if overdamped else jnp.zeros_like(rho0)
     if overdamped:
@@ -199,6 +261,8 @@ def _initial_velocity(velocity0, rho0, n, dtype, overdamped):
     v0 = jnp.asarray(velocity0, dtype)
     if v0.shape[-1:] != (n,):
         raise ValueError(f"velocity0 must have {n} entries on its last axis, got {v0.shape}")
+    if mask is not None:
+        v0 = jnp.where(mask, v0, jnp.zeros((), dtype))
     scale = 1.0 + jnp.max(jnp.abs(v0), -1)
     ok = (
         jnp.all(jnp.isfinite(v0), -1)
@@ -214,23 +278,32 @@ def _initial_velocity(velocity0, rho0, n, dtype, overdamped):
 
 
 def prepare(
-    entropy, scores, T, mass, damping, rho0, velocity0, overdamped: bool, need_damping: bool
+    entropy,
+    scores,
+    T,
+    mass,
+    damping,
+    rho0,
+    velocity0,
+    overdamped: bool,
+    need_damping: bool,
+    mask=None,
 ) -> Problem:
     """Convert and check the inputs of `simulate` / `relax` (`need_damping`: relax, which
-    needs $\\gamma > 0$ to settle)."""
+    needs $\\gamma > 0$ to settle; `mask`: boolean, broadcasting against the scores)."""
     check_entropy(entropy)
-    z = _scores(scores)
+    z, mask = _scores(scores, mask)
     dtype, n = z.dtype, z.shape[-1]
     T, mass, damping = _parameters(T, mass, damping, dtype, overdamped, need_damping)
     entropy = arrayify_entropy(entropy, dtype)
-    rho0 = _initial_weights(rho0, entropy, n, dtype)
-    v0 = _initial_velocity(velocity0, rho0, n, dtype, overdamped)
+    rho0 = _initial_weights(rho0, entropy, n, dtype, mask)
+    v0 = _initial_velocity(velocity0, rho0, n, dtype, overdamped, mask)
     leaves = [z[..., 0], T, mass, damping, rho0[..., 0]]
     leaves += [leaf for leaf in jtu.tree_leaves(entropy)]
     if v0 is not None:
         leaves.append(v0[..., 0])
     batch_shape = jnp.broadcast_shapes(*[jnp.shape(leaf) for leaf in leaves])
-    system = FisherSystem(entropy, z, T, mass, damping)
+    system = FisherSystem(entropy, z, T, mass, damping, mask)
     return Problem(system, rho0, v0, tuple(batch_shape))
 
 

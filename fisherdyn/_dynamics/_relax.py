@@ -17,7 +17,7 @@ import lineax as lx
 import numpy as np
 import optimistix as optx
 
-from .._custom_types import Array, ArrayLike, Float, RealScalarLike, Scores, Temperature
+from .._custom_types import Array, ArrayLike, Bool, Float, RealScalarLike, Scores, Temperature
 from .._entropies import AbstractEntropy, AbstractTsallisShapedEntropy
 from .._results import RESULTS, result_name
 from ._batching import run
@@ -107,10 +107,10 @@ def _diagonal_scale(entropy, z, T, active, u0):
     return jnp.where(usable, 1.0 / jnp.where(usable, diag, 1.0), 1.0)
 
 
-def _newton_on_support(entropy, z, T, active, u0, lam0, rtol):
+def _newton_on_support(entropy, z, T, active, u0, lam0, rtol, mask=None):
     """Newton on the stationary conditions restricted to the support `active`, from
     $(u_0, \\lambda_0)$: returns (rho, lam, residual, converged, off-support violation,
-    Newton steps, the final u)."""
+    Newton steps, the final u); masked keys (`mask` False) are not checked off the support."""
 
     def fn(y, _):
         u, lam = y
@@ -138,8 +138,9 @@ def _newton_on_support(entropy, z, T, active, u0, lam0, rtol):
     rho = rho / jnp.sum(rho)
     g = forces(entropy, rho, z, T)
     on = jnp.max(jnp.where(active, jnp.abs(g - lam), 0.0))
+    skip = active if mask is None else active | ~mask
     off = jnp.max(
-        jnp.where(active, 0.0, jnp.maximum(lam - boundary_forces(entropy, rho, z, T), 0.0))
+        jnp.where(skip, 0.0, jnp.maximum(lam - boundary_forces(entropy, rho, z, T), 0.0))
     )
     residual = jnp.maximum(jnp.maximum(on, off), jnp.abs(jnp.sum(rho) - 1))
     converged = sol.result == optx.RESULTS.successful
@@ -162,7 +163,7 @@ def _retry_on_new_support(system, rho_end, lam_end, rtol, active, u0, first):
     active = jnp.where(retry, retry_active, active)
     u_start = jnp.where(jnp.all(jnp.isfinite(u)), u, u0)
     second = _newton_on_support(
-        entropy, z, T, active, u_start, jnp.where(lam_ok, lam, lam_end), rtol
+        entropy, z, T, active, u_start, jnp.where(lam_ok, lam, lam_end), rtol, system.mask
     )
     rho, lam, residual, ok_newton, off, steps2, _ = jax.tree.map(
         lambda new, old: jnp.where(retry, new, old), second, first
@@ -181,11 +182,14 @@ def _polish(system: FisherSystem, rho_end, lam_end, rtol):
     """
     entropy, z, T = system.entropy, system.scores, system.T
     active = ~(boundary_forces(entropy, rho_end, z, T) > lam_end)
+    if system.mask is not None:
+        # a masked key is never on the support, and its boundary force is not a condition
+        active = active & system.mask
     u0 = jnp.where(active & (rho_end > 0), jnp.log(jnp.where(rho_end > 0, rho_end, 1.0)), 0.0)
     # a support component the integration left at exactly 0 (only if it started there: faces
     # are invariant) starts at a tiny weight, and the result says support_inconsistent
     u0 = jnp.where(active & (rho_end <= 0), jnp.log(jnp.finfo(rho_end.dtype).tiny) / 4, u0)
-    first = _newton_on_support(entropy, z, T, active, u0, lam_end, rtol)
+    first = _newton_on_support(entropy, z, T, active, u0, lam_end, rtol, system.mask)
     rho, lam, residual, ok_newton, off, steps, _ = first
     if entropy.may_have_cutoff:
         rho, lam, residual, ok_newton, off, steps, active = _retry_on_new_support(
@@ -237,7 +241,7 @@ def _integrate_to_steady_state(system, y0, t1, rtol, atol, tol, path_ts, static:
         y0=y0,
         args=(system, tol),
         saveat=diffrax.SaveAt(t1=True) if path_ts is None else diffrax.SaveAt(ts=path_ts, t1=True),
-        stepsize_controller=controller(static.solver, rtol, atol),
+        stepsize_controller=controller(static.solver, rtol, atol, system.mask),
         event=diffrax.Event(steady),
         max_steps=static.max_steps,
         throw=False,
@@ -307,6 +311,7 @@ def relax(
     max_steps: int = 200_000,
     solver: diffrax.AbstractSolver | str | None = None,
     saveat: Float[ArrayLike, "*#batch K"] | None = None,
+    mask: Bool[ArrayLike, "*#batch N"] | None = None,
     throw: bool = True,
     progress: bool = False,
 ) -> RelaxSolution:
@@ -333,6 +338,9 @@ def relax(
     - `rtol`, `atol`, `solver`, `max_steps`, `progress`: integration, as in `simulate`.
     - `saveat`: optional times at which to also record the path (`.path`): shape (K,), or
       (batch..., K) for one grid per problem.
+    - `mask`: as in `simulate` (True: the key takes part; `-inf` scores are masked). The
+      fixed point is exactly 0 on masked keys, and equals the unpadded problem's to
+      round-off.
     - `throw`: raise unless `result` is successful (else inspect `result`).
 
     **Returns:**
@@ -344,7 +352,9 @@ def relax(
     not differentiated.
     """
     overdamped = is_overdamped(mass)
-    problem = prepare(entropy, scores, T, mass, damping, rho0, velocity0, overdamped, True)
+    problem = prepare(
+        entropy, scores, T, mass, damping, rho0, velocity0, overdamped, True, mask
+    )
     dtype = problem.rho0.dtype
     tols = default_tols(dtype, rtol=rtol, atol=atol, tol=tol, polish_tol=polish_tol)
     t1 = _default_t1(problem, overdamped) if t1 is None else positive_time(t1, dtype)

@@ -13,11 +13,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from .._custom_types import Complex
 
-from .._custom_types import Array, ArrayLike, Bool, Float, Int, RealScalarLike, Scores
+from .._custom_types import Array, ArrayLike, Bool, Complex, Float, Int, RealScalarLike, Scores
 from .._entropies import AbstractEntropy
-from .._misc import check_entropy
+from .._misc import check_entropy, is_concrete
 from ._problem import arrayify_entropy
 from ._system import stiffness_matrix, tangent_basis
 
@@ -40,6 +39,10 @@ class RelaxationSpectrum(eqx.Module):
     - `boundary`: the mode lives on components off the support ($\\rho^*_i = 0$).
     - `modes`: the mode shapes as tangent vectors of the sphere chart $x = \\sqrt\\rho$, (N, N-1).
     - `rho`, `lam`: the fixed point and its multiplier.
+
+    With a `mask`, the masked keys carry no modes: their N - n slots come last, with
+    `omega2` $= +\\infty$, `rates` $= -\\infty$, zero `modes`, and the other modes are
+    exactly 0 on the masked keys.
     """
 
     omega2: Float[Array, "*batch N-1"]
@@ -72,18 +75,36 @@ class RelaxationSpectrum(eqx.Module):
 
 
 @eqx.filter_jit
-def _batched(entropy, rho, z, T, mass, damping, critical_rtol):
+def _batched(entropy, rho, z, T, mass, damping, critical_rtol, mask=None):
     fn = _single
     for _ in range(rho.ndim - 1):
-        fn = jax.vmap(fn, in_axes=(None, 0, 0, None, None, None, None))
-    return fn(entropy, rho, z, T, mass, damping, critical_rtol)
+        mask_axis = None if mask is None else 0
+        fn = jax.vmap(fn, in_axes=(None, 0, 0, None, None, None, None, mask_axis))
+    return fn(entropy, rho, z, T, mass, damping, critical_rtol, mask)
 
 
-def _single(entropy, rho, z, T, mass, damping, critical_rtol):
+def _decouple_masked(K, mask):
+    """`K` with the masked keys decoupled at a stiffness above every other (so that their
+    modes sort last): they are tangent directions of the sphere ($x_i = 0$) of no problem."""
+    sentinel = 1 + 2 * jnp.max(jnp.abs(K))
+    both = mask[:, None] & mask[None, :]
+    return jnp.where(both, K, 0.0) + jnp.diag(jnp.where(mask, 0.0, sentinel))
+
+
+def _single(entropy, rho, z, T, mass, damping, critical_rtol, mask=None):
     K, x, lam, active = stiffness_matrix(entropy, rho, z, T)
+    if mask is not None:
+        K = _decouple_masked(K, mask)
     Q = tangent_basis(x)
     w, V = jnp.linalg.eigh(Q.T @ K @ Q)
     modes = Q @ V
+    if mask is not None:
+        masked_mode = jnp.sum(jnp.where(mask[:, None], 0.0, modes**2), 0) > 0.5
+        modes = jnp.where(masked_mode[None, :] | ~mask[:, None], 0.0, modes)
+        norm = jnp.sqrt(jnp.sum(modes**2, 0))
+        modes = modes / jnp.where(norm > 0, norm, 1.0)
+        w = jnp.where(masked_mode, jnp.inf, w)
+        active = active | ~mask
     boundary = jnp.sum(jnp.where(active[:, None], 0.0, modes**2), 0) > 0.5
     disc = damping**2 - 4 * mass * w
     root = jnp.sqrt(jnp.abs(disc))
@@ -99,6 +120,10 @@ def _single(entropy, rho, z, T, mass, damping, critical_rtol):
     rates = jnp.stack([jax.lax.complex(re_slow, im), jax.lax.complex(re_fast, -im)], -1)
     crit = jnp.abs(disc) <= critical_rtol * (damping**2 + 4 * mass * jnp.abs(w))
     regime = jnp.where(crit, CRITICAL, jnp.where(disc < 0, UNDERDAMPED, OVERDAMPED))
+    if mask is not None:
+        none = jax.lax.complex(jnp.full_like(w, -jnp.inf), jnp.zeros_like(w))
+        rates = jnp.where(masked_mode[:, None], none[:, None], rates)
+        regime = jnp.where(masked_mode, OVERDAMPED, regime)
     return RelaxationSpectrum(w, rates, regime, boundary, modes, rho, lam)
 
 
@@ -111,6 +136,7 @@ def relaxation_spectrum(
     damping: RealScalarLike,
     rho: Float[ArrayLike, "*#batch N"] | None = None,
     critical_rtol: RealScalarLike = 1e-6,
+    mask: Bool[ArrayLike, "*#batch N"] | None = None,
 ) -> RelaxationSpectrum:
     """Stiffnesses and complex rates of the tangent modes about a fixed point (docs/math.md §6).
 
@@ -127,6 +153,8 @@ def relaxation_spectrum(
     - `rho`: the fixed point; default `fisherdyn.stationary(entropy, scores, T)` (for Renyi /
       Sharma-Mittal that is the least-free-energy branch: pass another branch explicitly).
     - `critical_rtol`: relative band of $|\\gamma^2 - 4m\\omega^2|$ called critical.
+    - `mask`: boolean, True where the key takes part (`-inf` scores are masked too); the
+      masked keys carry no modes (see `RelaxationSpectrum`) and `rho` is 0 there.
 
     **Returns:**
 
@@ -137,11 +165,17 @@ def relaxation_spectrum(
     z = z if jnp.issubdtype(z.dtype, jnp.floating) else z.astype(jnp.result_type(float))
     if z.ndim == 0 or z.shape[-1] < 2:
         raise ValueError("relaxation_spectrum needs scores with at least 2 keys")
+    if mask is not None or (is_concrete(z) and bool(np.any(np.isneginf(np.asarray(z))))):
+        mask = jnp.broadcast_to(True if mask is None else jnp.asarray(mask, bool), z.shape)
+        mask = mask & (z != -jnp.inf)
     if rho is None:
         from .._stationary import stationary
 
-        rho = stationary(entropy, z, T)
+        rho = stationary(entropy, z, T) if mask is None else stationary(entropy, z, T, mask=mask)
     rho = jnp.asarray(rho, z.dtype)
+    if mask is not None:
+        z = jnp.where(mask, z, jnp.zeros((), z.dtype))
+        rho = jnp.where(mask, rho, jnp.zeros((), z.dtype))
     dtype = z.dtype
     T, mass, damping = (jnp.asarray(v, dtype) for v in (T, mass, damping))
     if T.ndim or mass.ndim or damping.ndim:
@@ -156,4 +190,5 @@ def relaxation_spectrum(
         mass,
         damping,
         jnp.asarray(critical_rtol, dtype),
+        None if mask is None else jnp.broadcast_to(mask, batch),
     )

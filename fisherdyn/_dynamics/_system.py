@@ -44,6 +44,9 @@ class FisherSystem(eqx.Module):
     - `T`: the temperature $T > 0$.
     - `mass`: the mass $m$ of the Fisher kinetic term.
     - `damping`: the Rayleigh damping $\\gamma$.
+    - `mask`: which keys take part (True), or None for all. A masked key has weight and
+      velocity exactly 0 at all times (a zero component is invariant in both charts), and
+      its score is stored as 0.
     """
 
     entropy: AbstractEntropy
@@ -51,6 +54,7 @@ class FisherSystem(eqx.Module):
     T: Float[Array, "*#batch"]
     mass: Float[Array, "*#batch"]
     damping: Float[Array, "*#batch"]
+    mask: Bool[Array, "*#batch N"] | None = None
 
     @property
     def energies(self) -> Float[Array, "*batch N"]:
