@@ -18,7 +18,13 @@ __all__ = ["simulate_command"]
 
 # a run that stops at the simplex boundary has a result to report, not a failure
 _REPORTED = ("successful", "boundary_reached")
-_HINTS = {"max_steps_reached": " (raise --max-steps, or shorten --t1)"}
+_HINTS = {
+    "max_steps_reached": " (raise --max-steps, or shorten --t1)",
+    "boundary_singular": (
+        " (a weight reached 0 where the force diverges: raise --damping, use --mass 0, or"
+        " --coords simplex)"
+    ),
+}
 
 
 def _jsonable(x):
