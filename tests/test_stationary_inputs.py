@@ -69,3 +69,20 @@ def test_float_mask_refused_with_the_fix():
         fd.stationary(fd.Shannon(), Z, mask=jnp.ones((3, 5)))
     with pytest.raises(TypeError, match="boolean mask.*additive"):
         fd.stationary(fd.Kaniadakis(0.3), Z, where=jnp.ones((3, 5)))
+
+
+@pytest.mark.parametrize("q", [1.0001, 1 / 1.0001, 1.001])
+def test_abe_near_one_wide_scores(q):
+    # Abe close to q = 1 (the asinh-form law) on scores spread over 8000 at T = 30: rows
+    # whose keys sit between the Shannon core and the algebraic tail (|sinh(eps) w| ~ 1)
+    # were NaN. Reference: solve_stationary(method="scipy"), an independent bracketed root;
+    # tolerance 1e-13 absolute on the weights (1.4e-14 measured), 1e-13 on the sums.
+    rng = np.random.default_rng(3)
+    z = rng.normal(size=(16, 64))
+    z = z / (z.max(-1, keepdims=True) - z.min(-1, keepdims=True)) * 8000
+    rho = np.asarray(fd.stationary(fd.Abe(q), jnp.asarray(z), 30.0))
+    assert np.all(np.isfinite(rho))
+    assert np.max(np.abs(rho.sum(-1) - 1)) <= 1e-13
+    for i in (0, 7, 15):  # NaN at q = 1.0001 before the fix
+        ref = fd.solve_stationary(fd.Abe(q), jnp.asarray(z[i]), 30.0, method="scipy")
+        np.testing.assert_allclose(rho[i], np.asarray(ref.rho), rtol=0, atol=1e-13)
