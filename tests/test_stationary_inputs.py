@@ -86,3 +86,19 @@ def test_abe_near_one_wide_scores(q):
     for i in (0, 7, 15):  # NaN at q = 1.0001 before the fix
         ref = fd.solve_stationary(fd.Abe(q), jnp.asarray(z[i]), 30.0, method="scipy")
         np.testing.assert_allclose(rho[i], np.asarray(ref.rho), rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("q", [2.5, 3.0, 5.0])
+def test_tsallis_above_two_on_the_simplex_at_large_T(q):
+    # Tsallis q > 2 at large T: one ulp of the multiplier moves the sum by up to 1e-4
+    # (q = 5, T = 1000), so the root alone missed the simplex; the weights are normalized
+    # after it. Bound 1e-13 (float64; 4.4e-16 measured), gaussian and Cauchy rows, N 64-1024.
+    rng = np.random.default_rng(4)
+    worst = 0.0
+    for N in (64, 1024):
+        for Z in (rng.normal(size=(8, N)), rng.standard_cauchy(size=(8, N))):
+            for T in (10.0, 100.0, 1000.0):
+                rho = np.asarray(fd.stationary(fd.Tsallis(q), jnp.asarray(Z), T))
+                assert np.all(np.isfinite(rho)) and np.all(rho >= 0)
+                worst = max(worst, np.max(np.abs(rho.sum(-1) - 1)))
+    assert worst <= 1e-13, worst
