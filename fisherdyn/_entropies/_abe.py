@@ -133,7 +133,8 @@ class Abe(AbstractSeparableEntropy):
 
     def log_guess(self, y):
         r"""Starting point for the inversion of $G(e^l) = 1 + y$: the Shannon core
-        $l = y$, or in the deep tail the asymptote $-e^{(c-s)l - \epsilon}/(2s) = 1 + y$."""
+        $l = y$ (near q = 1: $\sinh(\epsilon + s l) = s w$), or in the deep tail the
+        asymptote $-e^{(c-s)l - \epsilon}/(2s) = 1 + y$."""
         eps = self.eps
         s = jnp.sinh(eps)
         c = 2 * jnp.sinh(eps / 2) ** 2
@@ -142,7 +143,16 @@ class Abe(AbstractSeparableEntropy):
             eps == 0, -1.0, c - s
         )
         tail = jnp.where((eps == 0) | (w > -1.0), -jnp.inf, tail)
-        return jnp.minimum(jnp.maximum(y, tail), 0.0)
+        far = jnp.minimum(jnp.maximum(y, tail), 0.0)
+        # Near q = 1 the asymptote holds only where |s w| >> 1 (elsewhere it is positive and
+        # the guess would be l = 0, far from a root near y): the exact law without its
+        # factor e^{c l}, l = (asinh(s w) - eps)/s, covers the core and the onset of the tail.
+        e1 = jnp.where(eps == 0, 1.0, eps)
+        s1 = jnp.sinh(e1)
+        core = (jnp.arcsinh(s1 * w) - e1) / s1
+        near = jnp.where(s1 * w < -10.0, jnp.maximum(core, tail), core)
+        near = jnp.minimum(jnp.where(eps == 0, y, near), 0.0)
+        return jnp.where(eps < _ABE_V_MIN_EPS, near, far)
 
     def _asinh_newton(self, y, log, steps, unroll=1):
         """`steps` Newton steps in $l = \\ln x$ on $\\mathrm{asinh}\\,G(e^l) =

@@ -26,14 +26,55 @@ def keys_last(scores, axis):
     return z
 
 
-def checked_T(T, bad_scores, dtype):
-    """T as an array shaped to broadcast against the scores, carrying the input checks.
-    Both checks ride on the small T (every solve reads it): routing the full score array
-    through `error_if` would cost an extra pass over it."""
-    T = jnp.asarray(T, dtype=dtype)
+def _broadcasts(small, big):
+    """Whether `small` broadcasts against `big` without enlarging it."""
+    if len(small) > len(big):
+        return False
+    return all(s in (1, b) for s, b in zip(small[::-1], big[::-1]))
+
+
+def row_T(T, shape, axis):
+    """T shaped `(*batch, 1)` against the keys-last scores (or a scalar).
+
+    T broadcasts against the scores as in `softmax(z / T)`: the key axis included, so a T
+    with a size-1 key axis is per row. A T of the batch shape (the scores' shape without the
+    key axis) is also accepted, per row, where the first rule does not apply. A T that varies
+    along the keys is refused: the stationary law has one temperature per row."""
+    T = jnp.asarray(T)
+    if T.ndim == 0:
+        return T
+    ndim = len(shape)
+    axis = axis % ndim
+    batch = shape[:axis] + shape[axis + 1:]
+    r = ndim - 1 - axis  # the key axis counted from the right
+    key_dim = T.shape[T.ndim - 1 - r] if T.ndim > r else 1
+    if _broadcasts(T.shape, shape) and key_dim == 1:
+        full = jnp.reshape(T, (1,) * (ndim - T.ndim) + T.shape)
+        return jnp.moveaxis(full, axis, -1)
+    if _broadcasts(T.shape, shape):
+        raise ValueError(
+            f"T of shape {T.shape} varies along the key axis ({axis}) of scores of shape "
+            f"{shape}: the stationary law takes one temperature per row; give T a size-1 "
+            f"key axis (as in softmax(z / T)) or the batch shape {batch}"
+        )
+    if _broadcasts(T.shape, batch):
+        return T[..., None]
+    raise ValueError(
+        f"T of shape {T.shape} does not broadcast against scores of shape {shape} (as in "
+        f"softmax(z / T), a size-1 key axis for a per-row T) nor against their batch shape "
+        f"{batch}"
+    )
+
+
+def checked_T(T, bad_scores, dtype, shape, axis):
+    """T as an array shaped to broadcast against the keys-last scores (`row_T`), carrying
+    the input checks. Both checks ride on the small T (every solve reads it): routing the
+    full score array through `error_if` would cost an extra pass over it."""
+    T = row_T(jnp.asarray(T, dtype=dtype), shape, axis)
     T = eqx.error_if(T, bad_scores, "scores contain NaN or +inf")
-    T = eqx.error_if(T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)), "T must be finite and > 0")
-    return T[..., None] if T.ndim > 0 else T
+    return eqx.error_if(
+        T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)), "T must be finite and > 0"
+    )
 
 
 def prepare(scores, T, mask, axis):
@@ -51,7 +92,11 @@ def prepare(scores, T, mask, axis):
     else:
         keep = jnp.asarray(mask)
         if keep.dtype != bool:
-            raise TypeError(f"mask must be boolean (True = keep), got dtype {keep.dtype}")
+            raise TypeError(
+                f"mask must be boolean (True = keep), got dtype {keep.dtype}: pass a boolean "
+                "mask (e.g. `mask != 0`), or add the float mask to the scores as an additive "
+                "bias (0 = keep, -inf or a large negative value = drop)"
+            )
         try:
             keep = jnp.broadcast_to(keep, jnp.moveaxis(z, -1, axis).shape)
         except ValueError:
@@ -63,7 +108,7 @@ def prepare(scores, T, mask, axis):
         keep = keep & (z > -jnp.inf)  # -inf behaves like a masked entry
         bad_scores = jnp.any(jnp.isnan(z) | (z == jnp.inf))
         empty = ~jnp.any(keep, axis=-1, keepdims=True)
-    T = checked_T(T, bad_scores, z.dtype)
+    T = checked_T(T, bad_scores, z.dtype, jnp.shape(scores), axis)
     keep = keep | empty
     # kept entries are finite here (NaN / +inf raise above; -inf is never kept)
     return jnp.where(keep, z, 0.0), keep, T, empty
@@ -74,5 +119,6 @@ def unmasked_inputs(scores, T, axis):
     reduction. Returns (z, zmax, T) with T shaped to broadcast against z."""
     z = keys_last(scores, axis)
     zmax = jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))  # NaN-propagating
-    T = checked_T(T, jnp.any(jnp.isnan(zmax) | (zmax == jnp.inf)), z.dtype)
+    bad = jnp.any(jnp.isnan(zmax) | (zmax == jnp.inf))
+    T = checked_T(T, bad, z.dtype, jnp.shape(scores), axis)
     return z, zmax, T

@@ -23,7 +23,7 @@ from .._custom_types import Array, Float, Mask, Scores, Temperature, Weights
 from .._entropies import AbstractEntropy
 from .._misc import check_entropy, param_jvp
 from .._results import RESULTS
-from ._checks import as_array, prepare, unmasked_inputs
+from ._checks import as_array, prepare, row_T, unmasked_inputs
 from ._separable import softmax, solve_separable_rows
 from ._shaped import _log_moment, _solve_tsallis_shaped
 from ._solution import StationarySolution, finish, result_where
@@ -138,6 +138,7 @@ def stationary(
     *,
     mask: Mask | None = None,
     axis: int = -1,
+    where: Mask | None = None,
 ) -> Weights:
     """The fixed-temperature stationary attention map of an entropy family.
 
@@ -149,10 +150,14 @@ def stationary(
     - `entropy`: an entropy family, e.g. `Kaniadakis(0.3)`.
     - `scores`: the scores $z$, any batch shape: float64 / float32, or bfloat16 / float16
       (solved in float32, the weights returned in the input's precision).
-    - `T`: temperature > 0, a scalar or an array over the batch shape.
+    - `T`: temperature > 0, a scalar or an array broadcasting against `scores` as in
+      `softmax(z / T)` (a size-1 key axis: one T per row), or of the batch shape (the
+      scores' shape without `axis`). A T that varies along the keys is an error.
     - `mask`: boolean, True = keep; masked entries (and `-inf` scores) get exactly zero
       weight and zero gradient; an all-masked row returns zeros.
     - `axis`: the key axis.
+    - `where`: an alias of `mask`, as in `jax.nn.softmax(x, axis, where=...)`; give one
+      of the two.
 
     **Returns:** $\\rho$ with the shape of `scores`. Renyi / Sharma-Mittal return the
     self-consistent branch of least free energy (see `stationary_branches`). A row of a
@@ -161,6 +166,10 @@ def stationary(
     unconverged answer; `stationary_info` reports it as a result code.
     """
     check_entropy(entropy)
+    if where is not None:
+        if mask is not None:
+            raise TypeError("give `mask` or its alias `where`, not both")
+        mask = where
     return _stationary_jit(entropy, as_array(scores), as_array(T), mask, axis)
 
 
@@ -351,6 +360,8 @@ def free_energy(
     # F is not defined for negative or NaN weights: the entropies' safe logarithms would
     # silently drop them
     rho = eqx.error_if(rho, jnp.any(~(rho >= 0)), "free_energy needs weights rho >= 0 (no NaN)")
+    T = row_T(T, jnp.broadcast_shapes(jnp.shape(scores), rho.shape), -1)
+    T = T[..., 0] if T.ndim > 0 else T  # per row, like F
     return _free_energy_unchecked(entropy, rho, scores, T, mask)
 
 

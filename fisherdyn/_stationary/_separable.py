@@ -239,6 +239,12 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, nan_if_unconv
         state,
     )
     rho, slope, _, _ = rows.components(out.nu, out.aux)
+    if use_newton is not True:
+        # Tsallis q > 2 at large T: the weights are b^p with b = 1 + (q-1) y/q near 0, so one
+        # ulp of nu moves the sum by more than eps and no nu sums to 1 at round-off; the
+        # root's last rounding is removed by normalizing
+        S = jnp.sum(rho, -1, keepdims=True)
+        rho = jnp.where(use_newton | ~(S > 0), rho, rho / jnp.where(S > 0, S, 1.0))
     if nan_if_unconverged:
         # a row still unconverged after max_iter is reported, not returned as if solved;
         # one whose sum is at round-off passes (a component-residual floor above inner_tol
