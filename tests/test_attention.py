@@ -142,3 +142,17 @@ def test_shape_errors():
         fd.attention(Q, K[..., :3], V)
     with pytest.raises(ValueError, match="n_k"):
         fd.attention(Q, K, V[:, :3])
+
+
+def test_per_head_temperature_when_heads_equal_queries():
+    """A per-head T of shape (heads, 1) is read per head even when n_q == heads (where
+    `stationary`'s softmax-style broadcasting alone would read it per query). Reference:
+    `jax.nn.softmax` of the scores divided by each head's T."""
+    rng = np.random.default_rng(5)
+    H = NQ = 3
+    q = rng.normal(size=(H, NQ, 4))
+    k = rng.normal(size=(H, 6, 4))
+    T = np.array([0.5, 1.0, 2.0])[:, None]
+    ref = jax.nn.softmax(np.einsum("hqd,hkd->hqk", q, k) / T[..., None], axis=-1)
+    w = fd.attention_weights(q, k, fd.Shannon(), T=T)
+    np.testing.assert_allclose(w, ref, rtol=0, atol=1e-14)

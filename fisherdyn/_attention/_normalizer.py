@@ -45,6 +45,10 @@ def attention_weights(q, k, entropy: AbstractEntropy = Shannon(), T=None, mask=N
         raise ValueError(f"q and k disagree on d_k: {q.shape[-1]} vs {k.shape[-1]}")
     if T is None:
         T = _default_T(q.shape[-1])
+    elif jnp.ndim(T) > 0:
+        # T is documented against the score batch shape (..., n_q): give it the key axis
+        # explicitly, so that `stationary` never reads a per-head T as one per query
+        T = jnp.asarray(T)[..., None]
     scores = jnp.einsum("...qd,...kd->...qk", q, k)
     if mask is not None:
         mask = jnp.broadcast_to(jnp.asarray(mask), scores.shape)
