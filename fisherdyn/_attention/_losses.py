@@ -27,6 +27,7 @@ from .._custom_types import Array, ArrayLike, Float, Mask, Scores, Temperature, 
 from .._entropies import AbstractEntropy, Shannon, Tsallis
 from .._misc import check_entropy, concrete_float, param_jvp
 from .._stationary import stationary
+from .._stationary._checks import keys_last
 
 __all__ = [
     "fenchel_young_loss",
@@ -166,21 +167,16 @@ def fenchel_young_loss(
     **Returns:** $L$ of the batch shape (the scores' shape without `axis`).
     """
     check_entropy(entropy)
-    z = jnp.asarray(scores)
-    if not jnp.issubdtype(z.dtype, jnp.floating):
-        z = z.astype(jnp.result_type(float))
-    if z.ndim == 0:
-        raise ValueError("scores must have at least one axis (the keys)")
-    z_last = jnp.moveaxis(z, axis, -1)
+    z_last = keys_last(scores, axis)
     y = _as_distribution(target, z_last, axis)
     if mask is not None:
         mask = jnp.asarray(mask)
         if mask.dtype != bool:
             raise TypeError(f"mask must be boolean (True = keep), got dtype {mask.dtype}")
-        mask = jnp.moveaxis(jnp.broadcast_to(mask, z.shape), axis, -1)
+        mask = jnp.moveaxis(jnp.broadcast_to(mask, jnp.shape(scores)), axis, -1)
     keep = _kept(z_last, mask)
     y = _checked_target(y, keep)
-    T = jnp.asarray(T, dtype=z.dtype)
+    T = jnp.asarray(T, dtype=z_last.dtype)
     T = eqx.error_if(T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)), "T must be finite and > 0")
     lin = jnp.sum(jnp.where(keep, jnp.where(keep, z_last, 0.0) * y, 0.0), axis=-1)
     omega_y = -T * entropy.value(y, keep)

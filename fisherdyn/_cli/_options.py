@@ -63,14 +63,20 @@ def _number(name, *, positive=False, nonneg=False):
     return parse
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def _int_at_least(low):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+_positive_int = _int_at_least(1)
 
 
 def entropy_arg(text):
@@ -307,16 +313,6 @@ def _address(text):
     return text
 
 
-def _nonneg_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def _spec_file(text):
     path = Path(text)
     if not path.is_file():
@@ -356,7 +352,7 @@ def configure_sweep(p: argparse.ArgumentParser):
     )
     dist.add_argument(
         "--process-id",
-        type=_nonneg_int,
+        type=_int_at_least(0),
         default=None,
         metavar="I",
         help="this process, 0..P-1: it computes the chunks i with i mod P = I",
