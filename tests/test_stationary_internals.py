@@ -1,7 +1,8 @@
 """Checks that reach the stationary solver's private internals.
 
-These four tests exercise what the public API cannot reach: an iteration cap, the Renyi
-fine-rescan chunk size, Abe's row-block size and the separable solver's warm start. Every
+These tests exercise what the public API cannot reach: an iteration cap, the Renyi
+fine-rescan chunk size, Abe's row-block size, the separable solver's warm start and the log
+of Abe's component root far below float64's smallest weight. Every
 private name they use comes through `internals()` below, the one place to repoint when the
 solver modules move.
 """
@@ -155,3 +156,31 @@ def test_second_order_start_is_closer_than_jensen(spec):
     err_second = np.abs(zbar + hi + shift - nu_star)
     record(f"second-order start / Jensen, {spec_id(spec)}", np.max(err_second / err_jensen))
     assert np.all(err_second <= err_jensen / 3), np.max(err_second / err_jensen)
+
+
+@pytest.mark.parametrize("q", [1.0000001, 1 / 1.0000001, 1.0001])
+def test_abe_component_root_in_logs_far_in_the_tail(q):
+    """Near q = 1 Abe's component law is solved for l = ln x, whose root sits at |l| up to
+    ~1/sinh(eps) (4e7 at q = 1 + 1e-7, y = -3e8): far beyond where x underflows, but the
+    log is what the solver's residual and the dynamics' log-chart see. Reference: an mpmath
+    root of G(e^l) = 1 + y at 50 digits. Tolerance 1e-13 relative on l: the float64 law
+    computes sinh(eps) l with relative error ~1e-16 and its conditioning in l is ~1; near
+    l = 0 the target 1 + y itself carries an absolute rounding of ~1e-16, amplified ~20x by
+    the near-cancelling asinh form, hence the 1e-14 absolute floor."""
+    import mpmath as mp
+
+    from helpers import RefFamily, bracket_root
+
+    e = fd.Abe(q)
+    y = -np.logspace(-2, 9, 23)
+    x, _, log, resid = e._asinh_newton(jnp.asarray(y), e.log_guess(jnp.asarray(y)), 6)
+    assert float(jnp.max(resid)) <= 1e-14
+    fam = RefFamily(("abe", q))
+    with mp.workdps(50):
+        for yi, li in zip(y, np.asarray(log)):
+            f = lambda l: fam.G(mp.exp(l)) - (1 + mp.mpf(float(yi)))  # noqa: E731
+            lo = mp.mpf(-1)
+            while f(lo) > 0:
+                lo *= 2
+            ref = float(bracket_root(f, lo, mp.mpf(1)))
+            assert abs(li - ref) <= 1e-13 * abs(ref) + 1e-14, (yi, li, ref)
