@@ -27,7 +27,7 @@ from .._custom_types import Array, ArrayLike, Float, Mask, Scores, Temperature, 
 from .._entropies import AbstractEntropy, Shannon, Tsallis
 from .._misc import check_entropy, concrete_float, param_jvp
 from .._stationary import stationary
-from .._stationary._checks import keys_last
+from .._stationary._checks import keys_last, row_T
 
 __all__ = [
     "fenchel_young_loss",
@@ -159,7 +159,8 @@ def fenchel_young_loss(
     - `target`: a distribution of the scores' shape, or integer class labels of the batch
       shape (one-hot targets). Checked at run time (`eqx.error_if`, also under jit): >= 0,
       0 on excluded keys, each row summing to 1 within $\\sqrt{\\epsilon}$ of the dtype.
-    - `T`: temperature > 0, a scalar or an array of the batch shape.
+    - `T`: temperature > 0, a scalar or an array broadcasting as in `stationary` (a
+      size-1 key axis, as in `softmax(z / T)`, or the batch shape).
     - `mask`: boolean, broadcastable to the scores, True = the key takes part; masked keys
       (and `-inf` scores) are excluded from $\\Omega$, $\\Omega^*$ and the inner product.
     - `axis`: the key axis.
@@ -176,7 +177,9 @@ def fenchel_young_loss(
         mask = jnp.moveaxis(jnp.broadcast_to(mask, jnp.shape(scores)), axis, -1)
     keep = _kept(z_last, mask)
     y = _checked_target(y, keep)
-    T = jnp.asarray(T, dtype=z_last.dtype)
+    # T broadcasts as in `stationary` (softmax(z / T)); the loss works with one T per row
+    T = row_T(jnp.asarray(T, dtype=z_last.dtype), jnp.shape(scores), axis)
+    T = T if T.ndim == 0 else T[..., 0]
     T = eqx.error_if(T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)), "T must be finite and > 0")
     lin = jnp.sum(jnp.where(keep, jnp.where(keep, z_last, 0.0) * y, 0.0), axis=-1)
     omega_y = -T * entropy.value(y, keep)

@@ -105,13 +105,16 @@ def prepare(scores, T, mask, axis):
                 f"{jnp.shape(scores)}"
             ) from None
         keep = jnp.moveaxis(keep, axis, -1)
+        # a masked entry is ignored whatever it holds (padding may be garbage), as in
+        # jax.nn.softmax(where=...)
+        bad_scores = jnp.any((jnp.isnan(z) | (z == jnp.inf)) & keep)
         keep = keep & (z > -jnp.inf)  # -inf behaves like a masked entry
-        bad_scores = jnp.any(jnp.isnan(z) | (z == jnp.inf))
         empty = ~jnp.any(keep, axis=-1, keepdims=True)
     T = checked_T(T, bad_scores, z.dtype, jnp.shape(scores), axis)
-    keep = keep | empty
-    # kept entries are finite here (NaN / +inf raise above; -inf is never kept)
-    return jnp.where(keep, z, 0.0), keep, T, empty
+    # kept entries are finite here (NaN / +inf raise above; -inf is never kept); an empty
+    # row is solved on zeros (then zeroed by the caller), so no NaN reaches its gradient
+    z = jnp.where(keep, z, 0.0)
+    return z, keep | empty, T, empty
 
 
 def unmasked_inputs(scores, T, axis):

@@ -153,8 +153,9 @@ def stationary(
     - `T`: temperature > 0, a scalar or an array broadcasting against `scores` as in
       `softmax(z / T)` (a size-1 key axis: one T per row), or of the batch shape (the
       scores' shape without `axis`). A T that varies along the keys is an error.
-    - `mask`: boolean, True = keep; masked entries (and `-inf` scores) get exactly zero
-      weight and zero gradient; an all-masked row returns zeros.
+    - `mask`: boolean, True = keep; masked entries (whatever they hold, NaN included) and
+      `-inf` scores get exactly zero weight and zero gradient; an all-masked row returns
+      zeros.
     - `axis`: the key axis.
     - `where`: an alias of `mask`, as in `jax.nn.softmax(x, axis, where=...)`; give one
       of the two.
@@ -227,7 +228,7 @@ def _solve_unmasked(entropy, scores, T, axis):
     def general(z, T):
         empty = zmax == -jnp.inf
         keep = (z > -jnp.inf) | empty  # empty rows: solved as unmasked zeros, zeroed after
-        rho = _stationary_core(entropy, jnp.where(keep, z, 0.0), keep, T)
+        rho = _stationary_core(entropy, jnp.where(keep & ~empty, z, 0.0), keep, T)
         return jnp.where(empty | ~keep, 0.0, rho)
 
     def finite(z, T):

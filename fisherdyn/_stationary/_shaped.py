@@ -100,8 +100,10 @@ def _shape_setup(entropy, z, keep, T):
 
 
 def _shape_sums(sh, t, count=False, profile=False):
-    """(Shat_{p-1}, Shat_p, Shat_{p+1}) at t = log delta (and, with `count`, the number of
-    active keys), and the weights (u/delta)^p: one elementwise pass."""
+    """(Shat_{p-1}, Shat_p, Shat_{p+1}, X) at t = log delta, with
+    X = sum (u/delta)^p (u/delta - 1) = Shat_{p+1} - Shat_p summed without cancellation (and,
+    with `count`, the number of active keys), and the weights (u/delta)^p: one elementwise
+    pass."""
     inv = jnp.exp(-t)
     qc, pc = concrete_float(sh.q), concrete_float(sh.p)
     if qc is not None and qc > 1:
@@ -109,8 +111,10 @@ def _shape_sums(sh, t, count=False, profile=False):
             # the same v, written without a constant: XLA:CPU hands the profile's row sum to
             # a library that would fill the constants 1 and 0 as whole arrays per call
             delta = jnp.exp(t)
-            v = (delta - jnp.minimum(sh.d, delta)) * inv
+            dm = jnp.minimum(sh.d, delta)
+            v = (delta - dm) * inv
         else:
+            dm = jnp.minimum(sh.d * inv, 1.0) / inv
             v = jnp.maximum(1.0 - sh.d * inv, 0.0)  # masked keys carry d = +inf: v = 0
         if pc == round(pc) and 1 <= pc <= 4:  # q = 2, 3/2, 4/3, 5/4: multiplies only
             k = int(round(pc))
@@ -119,19 +123,24 @@ def _shape_sums(sh, t, count=False, profile=False):
         else:
             act = v > 0
             vs = jnp.where(act, v, 1.0)
-            vp = jnp.where(act, jnp.exp(sh.p * jnp.log(vs)), 0.0)
+            # log1p(-d/delta), not log(v): near q = 1 the power p = 1/(q-1) multiplies the
+            # rounding of v = 1 - d/delta (float32: p = 1e6 turns it into a 6% error)
+            vp = jnp.where(act, jnp.exp(sh.p * jnp.log1p(-jnp.where(act, dm * inv, 0.0))), 0.0)
             vm = vp / vs
         vq = vp * v
+        vx = -vp * jnp.minimum(sh.d * inv, 1.0)
     else:
         above = sh.q > 1
         d = jnp.where(sh.keep, sh.d, 0.0)
-        v = jnp.where(above, 1.0 - d * inv, 1.0 + d * inv)
+        x = jnp.where(above, -d * inv, d * inv)
+        v = 1.0 + x
         act = sh.keep & (v > 0)
         vs = jnp.where(act, v, 1.0)
-        vp = jnp.where(act, jnp.exp(sh.p * jnp.log(vs)), 0.0)
+        vp = jnp.where(act, jnp.exp(sh.p * jnp.log1p(jnp.where(act, x, 0.0))), 0.0)
         vm = jnp.where(act, vp / vs, 0.0)
         vq = vp * vs
-    terms = (vm.astype(v.dtype), vp, vq)
+        vx = vp * jnp.where(act, x, 0.0)
+    terms = (vm.astype(v.dtype), vp, vq, vx)
     if count:
         terms = terms + ((v > 0).astype(v.dtype) if qc is not None and qc > 1
                          else act.astype(v.dtype),)
@@ -146,10 +155,13 @@ def _add_tuple(a, b):
 
 def _shape_eval(sh, t, count=False):
     S, _ = _shape_sums(sh, t, count)
-    S0, S1, S2 = S[:3]
-    h = t + sh.s * jnp.log(S2) - sh.beta * jnp.log(S1) - sh.loga
+    S0, S1, S2, X = S[:4]
+    # h = t + s log Shat_{p+1} - beta log Shat_p - log a, written with
+    # log Shat_{p+1} - log Shat_p = log1p(X / Shat_p): near q = 1 the shape exponent s is
+    # ~1/(q-1) (Sharma-Mittal) and would multiply the rounding of the two logs
+    h = t + sh.s * jnp.log1p(X / S1) + (1 - sh.s) * (sh.q - 1) * jnp.log(S1) - sh.loga
     dh = sh.s * (sh.p + 1) * S1 / S2 - sh.beta * sh.p * S0 / S1
-    return (S0, S1, S2, h, dh) + S[3:]
+    return (S0, S1, S2, h, dh) + S[4:]
 
 
 def _shape_newton(sh, t, lo, hi, max_iter=60):
@@ -178,8 +190,9 @@ def _shape_newton(sh, t, lo, hi, max_iter=60):
 
 
 def _shape_profile(sh, t):
-    (_, S1, S2), vp = _shape_sums(sh, t, profile=True)
-    return vp / S1, jnp.log(S2) - sh.q * jnp.log(S1)
+    (_, S1, _, X), vp = _shape_sums(sh, t, profile=True)
+    # log M = log Shat_{p+1} - q log Shat_p, without cancellation near q = 1
+    return vp / S1, jnp.log1p(X / S1) - (sh.q - 1) * jnp.log(S1)
 
 
 def _shape_grid(sh, K):
