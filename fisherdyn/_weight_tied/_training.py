@@ -26,7 +26,7 @@ from .._misc import RUN_ONCE
 from ._cache import atomic_write, cache_paths, default_cache_dir
 from ._model import LoopedConfig, LoopedTransformer, _shell, init_looped
 from ._paths import evaluate_looped
-from ._task import recall_task
+from ._task import task_batch
 
 __all__ = ["TrainedLooped", "train_looped"]
 
@@ -72,14 +72,12 @@ def _training_step(config, batch, first, lr, weight_decay, steps):
     schedule = optax.warmup_cosine_decay_schedule(0.0, lr, max(1, steps // 20), steps, lr * 0.02)
     optim = optax.chain(optax.clip_by_global_norm(1.0),
                         optax.adamw(schedule, weight_decay=weight_decay))
-    dtype = jnp.dtype(config.dtype)
     # a short run spends more time compiling its step than running it
     jit = functools.partial(eqx.filter_jit, **RUN_ONCE) if steps < _SHORT_RUN else eqx.filter_jit
 
     @jit
     def train_step(model, opt_state, k_data, i):
-        data = recall_task(jr.fold_in(k_data, i), batch, config.n_pairs, config.dim,
-                           config.corrupt, n_classes=config.classes, dtype=dtype)
+        data = task_batch(config, jr.fold_in(k_data, i), batch)
         loss, grads = eqx.filter_value_and_grad(_loss_fn)(model, data.tokens, data.labels, first)
         params = eqx.filter(model, eqx.is_inexact_array)
         updates, opt_state = optim.update(grads, opt_state, params)
