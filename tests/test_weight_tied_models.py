@@ -7,6 +7,7 @@ Imports from the private modules until the names are exported.
 
 import dataclasses
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -101,3 +102,175 @@ def test_config_selects_task():
         LoopedConfig(hops=2)  # recall has one hop
     with pytest.raises(ValueError, match="loop_kind"):
         LoopedConfig(loop_kind="rnn")
+
+
+# ---------------------------------------------------------------------------------------
+# positive control: the attention is the damped Fisher-Lagrangian dynamics
+
+from fisherdyn._weight_tied._fisher_loop import (  # noqa: E402
+    FisherLoop,
+    LinearScoreLoop,
+    fisher_loop_step,
+    linear_score_dynamics,
+    linear_score_step,
+)
+
+FISHER_FAMILIES = [fd.Shannon(), fd.Tsallis(1.5), fd.Kaniadakis(0.3)]
+
+
+@pytest.mark.parametrize("entropy", FISHER_FAMILIES, ids=lambda e: e.name)
+def test_fisher_loop_matches_simulate_at_fixed_scores(entropy):
+    # Reference: fd.simulate (adaptive Tsit5, rtol 1e-10) of the same family and (m, gamma, T)
+    # from uniform weights at rest, saved at the loop times t_l = l dt. Tolerance 1e-6 on the
+    # weights: RK4 with h = dt/8 = 1/32 has a global error ~ h^4 * (rate)^4 * t ~ 1e-7 for
+    # these rates (|z| <= 2, m = 0.5, gamma = 0.8, T = 0.7).
+    n, L, dt = 6, 8, 0.25
+    scores = jr.normal(jr.PRNGKey(0), (n,), jnp.float64)
+    m, gam, T = 0.5, 0.8, 0.7
+    loop = FisherLoop(1, m, gam, None, jnp.float64, substeps=8)
+    state = loop.init_state((1, 1, n), jnp.float64)
+    z = scores[None, None]
+    Tv = jnp.full((1,), T)
+    step = jax.jit(lambda s: loop.advance(s, z, entropy, Tv, dt))
+    rows = [loop.weights(state, entropy, Tv)[0, 0]]
+    for _ in range(L):
+        state = step(state)
+        rows.append(loop.weights(state, entropy, Tv)[0, 0])
+    ours = np.asarray(jnp.stack(rows))
+    np.testing.assert_allclose(np.asarray(loop.mass), m, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(loop.damping), gam, rtol=1e-12)
+    ts = jnp.arange(L + 1, dtype=jnp.float64) * dt
+    ref = fd.simulate(entropy, scores, T, mass=m, damping=gam, t1=L * dt, saveat=ts,
+                      rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ours, np.asarray(ref.rho), rtol=0, atol=1e-6)
+    # the dynamics moved the weights (the comparison is not uniform against uniform)
+    assert np.max(np.abs(ours[-1] - 1 / n)) > 0.05
+
+
+def _f64(model):
+    return jax.tree_util.tree_map(
+        lambda x: x.astype(jnp.float64) if eqx_is_float(x) else x, model)
+
+
+def eqx_is_float(x):
+    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating)
+
+
+FISHER_TINY = LoopedConfig(n_pairs=4, dim=8, task="pointer", hops=2, d_model=16, n_heads=2,
+                           d_mlp=16, n_loops=4, step=1.0, loop_kind="fisher", mass=0.6,
+                           damping=0.9, substeps=6)
+
+
+def test_fisher_model_attention_follows_simulate_piecewise():
+    # Reference: fd.simulate run loop by loop (rtol 1e-10) from the previous loop's
+    # (rho, rho_dot), each loop holding that loop's recorded scores: the model's recorded
+    # attention must be the dynamics with a zero-order hold of its own scores, at t_{l+1}.
+    # Tolerance 1e-6 (RK4 with 6 substeps of 0.25/6, as above).
+    cfg = FISHER_TINY
+    model = _f64(init_looped(cfg, jr.PRNGKey(1)))
+    probs = pointer_task(jr.PRNGKey(2), 1, cfg.n_pairs, cfg.hops, cfg.dim, dtype=jnp.float64)
+    paths = fd.extract_paths(model, probs, dtype=jnp.float64)
+    assert paths.loop_kind == "fisher"
+    np.testing.assert_allclose(np.asarray(paths.attn_t), np.asarray(paths.t) + model.dt)
+    par = model.dynamics_parameters()
+    np.testing.assert_allclose(par["mass"], 0.6, rtol=1e-6)
+    np.testing.assert_allclose(par["damping"], 0.9, rtol=1e-6)
+    np.testing.assert_allclose(par["T"], model.T)
+    n_ctx = cfg.n_ctx
+    sim = jax.jit(lambda z, r, rd: fd.simulate(
+        cfg.entropy, z, model.T, mass=0.6, damping=0.9, rho0=r, velocity0=rd, t1=model.dt,
+        saveat=2, rtol=1e-10, atol=1e-12))
+    for b in range(1):
+        for h in range(cfg.n_heads):
+            rho, rho_dot = jnp.full(n_ctx, 1 / n_ctx), jnp.zeros(n_ctx)
+            for l in range(cfg.n_loops + 1):
+                tr = sim(paths.scores[l, b, h], rho, rho_dot)
+                rho, rho_dot = tr.rho_final, tr.rho_dot_final
+                np.testing.assert_allclose(np.asarray(paths.attn[l, b, h]), np.asarray(rho),
+                                           rtol=0, atol=1e-6)
+
+
+def test_fisher_model_trains_with_finite_gradients():
+    # Reference: finite differences of the loss in the learned mass of head 0 (central,
+    # step 1e-5, float64: truncation ~1e-10, agreement to 1e-5 relative); every gradient
+    # leaf finite and the dynamics parameters' gradients nonzero.
+    from fisherdyn._weight_tied._training import _loss_fn
+
+    cfg = FISHER_TINY
+    model = _f64(init_looped(cfg, jr.PRNGKey(1)))
+    probs = pointer_task(jr.PRNGKey(3), 8, cfg.n_pairs, cfg.hops, cfg.dim, dtype=jnp.float64)
+    # one compiled program for the gradient and the finite differences' values
+    value_and_grad = jax.jit(jax.value_and_grad(
+        lambda mdl: _loss_fn(mdl, probs.tokens, probs.labels, 2)))
+    _, grads = value_and_grad(model)
+    leaves = [x for x in jax.tree_util.tree_leaves(grads) if eqx_is_float(x)]
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in leaves)
+    g = float(grads.loop.raw_mass[0])
+    assert abs(g) > 0 and np.all(np.asarray(grads.loop.raw_damping) != 0)
+    eps = 1e-5
+
+
+    plus = eqx.tree_at(lambda m: m.loop.raw_mass, model, model.loop.raw_mass.at[0].add(eps))
+    minus = eqx.tree_at(lambda m: m.loop.raw_mass, model, model.loop.raw_mass.at[0].add(-eps))
+    fdiff = (float(value_and_grad(plus)[0]) - float(value_and_grad(minus)[0])) / (2 * eps)
+    np.testing.assert_allclose(g, fdiff, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# negative control: linear second-order dynamics in score space
+
+
+def _oscillator(u0, v0, a, b, t):
+    """Closed form of u'' + b u' + a u = 0 (under- and overdamped branches)."""
+    disc = b * b / 4 - a
+    if disc < 0:
+        w = np.sqrt(-disc)
+        return np.exp(-b * t / 2) * (u0 * np.cos(w * t) + (v0 + b * u0 / 2) / w * np.sin(w * t))
+    r1, r2 = -b / 2 + np.sqrt(disc), -b / 2 - np.sqrt(disc)
+    A = (v0 - r2 * u0) / (r1 - r2)
+    return A * np.exp(r1 * t) + (u0 - A) * np.exp(r2 * t)
+
+
+@pytest.mark.parametrize("a,b", [(4.0, 1.0), (1.0, 3.0)], ids=["under", "over"])
+def test_linear_score_dynamics_is_the_damped_oscillator(a, b):
+    # Reference: the closed-form damped oscillator per key, z = s + u(t), and softmax(z/T)
+    # (jax.nn.softmax) for the Shannon readout; 1e-12 (float64; the per-interval matrix
+    # exponential is exact up to round-off, accumulated over 12 intervals).
+    n, T = 5, 0.7
+    s = jr.normal(jr.PRNGKey(4), (n,), jnp.float64)
+    z0 = jr.normal(jr.PRNGKey(5), (n,), jnp.float64)
+    v0 = jr.normal(jr.PRNGKey(6), (n,), jnp.float64)
+    times = jnp.sort(jr.uniform(jr.PRNGKey(7), (13,), jnp.float64, 0, 3)).at[0].set(0.0)
+    attn, z, v = linear_score_dynamics(jnp.broadcast_to(s, (12, n)), times, a, b, T, z0, v0)
+    t = np.asarray(times)[:, None]
+    ref = np.asarray(s) + _oscillator(np.asarray(z0 - s), np.asarray(v0), a, b, t)
+    np.testing.assert_allclose(np.asarray(z), ref, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(attn), np.asarray(jax.nn.softmax(ref / T, -1)),
+                               rtol=0, atol=1e-12)
+    # the velocity is the derivative of the closed form (central difference, 1e-6)
+    dt = 1e-6
+    dref = (_oscillator(np.asarray(z0 - s), np.asarray(v0), a, b, t + dt)
+            - _oscillator(np.asarray(z0 - s), np.asarray(v0), a, b, t - dt)) / (2 * dt)
+    np.testing.assert_allclose(np.asarray(v), dref, rtol=0, atol=1e-6)
+
+
+def test_linear_model_is_linear_score_dynamics_of_its_scores():
+    # Reference: linear_score_dynamics (tested against the closed form above) driven by
+    # the model's own recorded loop scores, a = 1/m, b = gamma/m; 1e-12 in float64. The
+    # control has as many free parameters per head as the Fisher loop (two, plus T).
+    cfg = dataclasses.replace(FISHER_TINY, loop_kind="linear", mass=0.5, damping=1.5)
+    model = _f64(init_looped(cfg, jr.PRNGKey(1)))
+    fisher = init_looped(FISHER_TINY, jr.PRNGKey(1))
+    n_par = lambda m: sum(x.size for x in jax.tree_util.tree_leaves(m.loop))  # noqa: E731
+    assert n_par(model) == n_par(fisher) == 2 * cfg.n_heads
+    par = model.dynamics_parameters()
+    # (initialized in float32: 1e-6)
+    np.testing.assert_allclose(par["a"], 2.0, rtol=1e-6)
+    np.testing.assert_allclose(par["b"], 3.0, rtol=1e-6)
+    probs = pointer_task(jr.PRNGKey(2), 2, cfg.n_pairs, cfg.hops, cfg.dim, dtype=jnp.float64)
+    paths = fd.extract_paths(model, probs, 2 * cfg.n_loops, dtype=jnp.float64)
+    times = jnp.concatenate([jnp.zeros(1), paths.attn_t])
+    attn, _, _ = linear_score_dynamics(paths.scores, times, jnp.asarray(par["a"]),
+                                       jnp.asarray(par["b"]), model.T)
+    np.testing.assert_allclose(np.asarray(paths.attn), np.asarray(attn[1:]), rtol=0,
+                               atol=1e-12)
