@@ -371,3 +371,72 @@ def test_deq_training_shrinks_the_fixed_point_residual():
     r_plain = np.median(fixed_point_report(plain.model, probs.tokens).residual)
     r_deq = np.median(fixed_point_report(deq.model, probs.tokens).residual)
     assert r_deq < 0.3 * r_plain and r_deq < 0.02
+
+
+# ---------------------------------------------------------------------------------------
+# paths of every model kind on the pointer task
+
+
+@pytest.mark.parametrize("kind", ["transformer", "fisher", "linear"])
+def test_extract_paths_every_kind_on_pointer_task(kind):
+    # References: the readout at loop L equals the model's forward (float64, 1e-10); rows
+    # are probability vectors (1e-12); all_rows keeps the query row as the last row; the
+    # per-loop accuracy is recomputed from the logits by hand; with_loops keeps the
+    # dynamics parameters (depth per loop c/n).
+    cfg = dataclasses.replace(FISHER_TINY, loop_kind=kind)
+    model = _f64(init_looped(cfg, jr.PRNGKey(1)))
+    probs = pointer_task(jr.PRNGKey(2), 3, cfg.n_pairs, cfg.hops, cfg.dim, dtype=jnp.float64)
+    n = 2 * cfg.n_loops
+    rows = fd.extract_paths(model, probs, n, dtype=jnp.float64, all_rows=kind == "fisher")
+    assert rows.loop_kind == kind
+    np.testing.assert_array_equal(np.asarray(rows.chain), np.asarray(probs.chain))
+    attn = np.asarray(rows.attn)
+    assert np.all(attn >= 0)
+    np.testing.assert_allclose(attn.sum(-1), 1.0, rtol=0, atol=1e-12)
+    if kind == "fisher":  # every token's row carries its own state; the query's is last
+        assert attn.shape == (n + 1, 3, cfg.n_heads, cfg.n_ctx, cfg.n_ctx)
+        rows = dataclasses.replace(rows, attn=rows.attn[..., -1, :],
+                                   scores=rows.scores[..., -1, :])
+    assert rows.attn.shape == (n + 1, 3, cfg.n_heads, cfg.n_ctx)
+    direct = jax.vmap(model)(probs.tokens)
+    np.testing.assert_allclose(np.asarray(rows.logits[cfg.n_loops]), np.asarray(direct),
+                               rtol=0, atol=1e-10)
+    hits = np.argmax(np.asarray(rows.logits), -1) == np.asarray(probs.labels)[None]
+    np.testing.assert_allclose(np.asarray(rows.accuracy), hits.mean(-1), atol=1e-15)
+    lag = 0.0 if kind == "transformer" else model.dt
+    np.testing.assert_allclose(np.asarray(rows.attn_t), np.asarray(rows.t) + lag, atol=1e-15)
+    m2 = model.with_loops(2 * cfg.n_loops)
+    assert m2.dt == pytest.approx(model.dt / 2)
+    if kind != "transformer":
+        np.testing.assert_array_equal(np.asarray(m2.loop.raw_mass), np.asarray(model.loop.raw_mass))
+
+
+def test_fingerprint_keeps_the_keys_of_earlier_configs():
+    # Reference: the field list the cache keys were built from before the new fields; a
+    # default config hashes to the same key, a changed new field to another.
+    old = {"n_pairs", "dim", "n_classes", "corrupt", "d_model", "n_heads", "d_mlp", "n_loops",
+           "step", "entropy", "T", "dtype"}
+    assert set(LoopedConfig().fingerprint()) == old
+    for change in (dict(task="pointer"), dict(loop_kind="linear"), dict(learn_T=True),
+                   dict(substeps=2), dict(damping=2.0)):
+        assert set(dataclasses.replace(LoopedConfig(), **change).fingerprint()) > old
+
+
+def test_fisher_score_dynamics_replays_the_model():
+    # Reference: the Fisher model's recorded attention (itself checked against
+    # fd.simulate loop by loop above) from its recorded loop scores, times 0, attn_t, and
+    # the model's (m, gamma, T) per head; 1e-12 (the same arithmetic, float64).
+    from fisherdyn._weight_tied._fisher_loop import fisher_score_dynamics
+
+    cfg = FISHER_TINY
+    model = _f64(init_looped(cfg, jr.PRNGKey(1)))
+    probs = pointer_task(jr.PRNGKey(2), 2, cfg.n_pairs, cfg.hops, cfg.dim, dtype=jnp.float64)
+    paths = fd.extract_paths(model, probs, dtype=jnp.float64)
+    par = model.dynamics_parameters()
+    times = jnp.concatenate([jnp.zeros(1), paths.attn_t])
+    attn, _, _ = fisher_score_dynamics(cfg.entropy, paths.scores, times,
+                                       jnp.asarray(par["mass"]), jnp.asarray(par["damping"]),
+                                       jnp.asarray(par["T"]), substeps=cfg.substeps)
+    np.testing.assert_allclose(np.asarray(attn[0]), 1 / cfg.n_ctx, atol=1e-15)
+    np.testing.assert_allclose(np.asarray(attn[1:]), np.asarray(paths.attn), rtol=0,
+                               atol=1e-12)

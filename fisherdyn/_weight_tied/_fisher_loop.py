@@ -37,6 +37,7 @@ __all__ = [
     "fisher_loop_step",
     "linear_score_step",
     "linear_score_dynamics",
+    "fisher_score_dynamics",
 ]
 
 
@@ -88,7 +89,7 @@ def fisher_loop_step(
 def _fisher_row(entropy, x, v, z, T, mass, damping, dt, substeps):
     system = FisherSystem(entropy, z, T, mass, damping)
     coords = SphereCoordinates()
-    h = jnp.asarray(dt / substeps, z.dtype)
+    h = jnp.asarray(dt, z.dtype) / substeps
 
     def f(y):
         return coords.vector_field(None, y, system)
@@ -205,6 +206,75 @@ def linear_score_dynamics(
     vs = jnp.concatenate([v0[None], vs])
     T = jnp.broadcast_to(jnp.asarray(T, zs.dtype), shape[:-1])
     return stationary(entropy, zs, T[..., None]), zs, vs
+
+
+def fisher_score_dynamics(
+    entropy: AbstractEntropy,
+    scores: Float[ArrayLike, "K *batch N"],
+    times: Float[ArrayLike, " K+1"],
+    mass: Float[ArrayLike, "*#batch"],
+    damping: Float[ArrayLike, "*#batch"],
+    T: Float[ArrayLike, "*#batch"],
+    rho0: Float[ArrayLike, "*#batch N"] | None = None,
+    velocity0: Float[ArrayLike, "*#batch N"] | None = None,
+    *,
+    substeps: int = 4,
+) -> tuple[Float[Array, "K+1 *batch N"], Float[Array, "K+1 *batch N"],
+           Float[Array, "K+1 *batch N"]]:
+    """Attention paths of the damped Fisher-Lagrangian dynamics under piecewise-constant
+    scores, $s(t) = s_k$ on $[t_k, t_{k+1})$: what a `FisherLoop` model computes from its
+    recorded loop scores (`LoopedPaths.scores[:-1]`, times `0, attn_t`).
+
+    Each interval is `substeps` RK4 steps of `fisher_loop_step`.
+
+    **Arguments:**
+
+    - `entropy`: the family; `scores`: `(K, *batch, N)`, one row per interval.
+    - `times`: `(K + 1,)` non-decreasing times $t_0..t_K$.
+    - `mass` ($m > 0$), `damping` ($\\gamma$), `T`: scalars or per problem.
+    - `rho0`: initial weights (default uniform); `velocity0`: initial $\\dot\\rho$
+      (default 0, at rest).
+    - `substeps`: RK4 steps per interval (static).
+
+    **Returns:**
+
+    `(attn, psi, psi_dot)`, each `(K + 1, *batch, N)` at the times $t_0..t_K$ (the weights
+    and the sphere chart's state $\\psi = \\sqrt\\rho$, $\\dot\\psi$).
+    """
+    s_k = jnp.asarray(scores)
+    times = jnp.asarray(times, s_k.dtype)
+    shape = s_k.shape[1:]
+    rho0 = jnp.full(shape, 1 / shape[-1], s_k.dtype) if rho0 is None else \
+        jnp.broadcast_to(jnp.asarray(rho0, s_k.dtype), shape)
+    x0 = jnp.sqrt(rho0)
+    if velocity0 is None:
+        v0 = jnp.zeros(shape, s_k.dtype)
+    else:
+        rd = jnp.broadcast_to(jnp.asarray(velocity0, s_k.dtype), shape)
+        v0 = jnp.where(x0 > 0, rd / (2 * jnp.where(x0 > 0, x0, 1.0)), 0.0)
+
+    def body(carry, inp):
+        s, dt = inp
+        # one interval: substeps RK4 steps of dt / substeps (dt traced, so via the ratio)
+        new = _fisher_interval(entropy, carry[0], carry[1], s, T, mass, damping, dt,
+                               int(substeps))
+        return new, new
+
+    _, (xs, vs) = jax.lax.scan(body, (x0, v0), (s_k, jnp.diff(times)))
+    xs = jnp.concatenate([x0[None], xs])
+    vs = jnp.concatenate([v0[None], vs])
+    x2 = xs * xs
+    return x2 / jnp.sum(x2, -1, keepdims=True), xs, vs
+
+
+def _fisher_interval(entropy, x, v, s, T, mass, damping, dt, substeps):
+    batch = s.shape[:-1]
+    bcast = lambda a: jnp.broadcast_to(jnp.asarray(a, s.dtype), batch).reshape(-1)  # noqa: E731
+    flat = lambda a: a.reshape((-1,) + a.shape[len(batch):])  # noqa: E731
+    out = jax.vmap(_fisher_row, in_axes=(None, 0, 0, 0, 0, 0, 0, None, None))(
+        entropy, flat(x), flat(v), flat(s), bcast(T), bcast(mass), bcast(damping), dt,
+        substeps)
+    return tuple(o.reshape(x.shape) for o in out)
 
 
 class AbstractCarriedLoop(eqx.Module):
