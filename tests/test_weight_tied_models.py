@@ -92,7 +92,7 @@ def test_config_selects_task():
     b = task_batch(cfg, jr.PRNGKey(1), 4)
     assert isinstance(b, PointerBatch) and b.tokens.shape == (4, 6, cfg.token_dim)
     model = init_looped(cfg, jr.PRNGKey(0))
-    assert jax.vmap(model)(b.tokens).shape == (4, 5)
+    assert jax.eval_shape(jax.vmap(model), b.tokens).shape == (4, 5)
     # defaults keep the recall task, and leave the fingerprint as before the new fields
     base = LoopedConfig()
     assert base.task == "recall" and "task" not in base.fingerprint()
@@ -116,10 +116,12 @@ from fisherdyn._weight_tied._fisher_loop import (  # noqa: E402
     linear_score_step,
 )
 
-FISHER_FAMILIES = [fd.Shannon(), fd.Tsallis(1.5), fd.Kaniadakis(0.3)]
+# Kaniadakis compiles its own simulate program: in the slow suite only
+FISHER_FAMILIES = [fd.Shannon(), fd.Tsallis(1.5),
+                   pytest.param(fd.Kaniadakis(0.3), marks=pytest.mark.slow)]
 
 
-@pytest.mark.parametrize("entropy", FISHER_FAMILIES, ids=lambda e: e.name)
+@pytest.mark.parametrize("entropy", FISHER_FAMILIES, ids=["Shannon", "Tsallis", "Kaniadakis"])
 def test_fisher_loop_matches_simulate_at_fixed_scores(entropy):
     # Reference: fd.simulate (adaptive Tsit5, rtol 1e-10) of the same family and (m, gamma, T)
     # from uniform weights at rest, saved at the loop times t_l = l dt. Tolerance 1e-6 on the
@@ -162,6 +164,12 @@ FISHER_TINY = LoopedConfig(n_pairs=4, dim=8, task="pointer", hops=2, d_model=16,
                            damping=0.9, substeps=6)
 
 
+def _pointer_problems(cfg):
+    """The problems every FISHER_TINY-sized test extracts paths on (one compiled trace per
+    model kind across the tests)."""
+    return pointer_task(jr.PRNGKey(2), 2, cfg.n_pairs, cfg.hops, cfg.dim, dtype=jnp.float64)
+
+
 def test_fisher_model_attention_follows_simulate_piecewise():
     # Reference: fd.simulate run loop by loop (rtol 1e-10) from the previous loop's
     # (rho, rho_dot), each loop holding that loop's recorded scores: the model's recorded
@@ -169,8 +177,7 @@ def test_fisher_model_attention_follows_simulate_piecewise():
     # Tolerance 1e-6 (RK4 with 6 substeps of 0.25/6, as above).
     cfg = FISHER_TINY
     model = _f64(init_looped(cfg, jr.PRNGKey(1)))
-    probs = pointer_task(jr.PRNGKey(2), 1, cfg.n_pairs, cfg.hops, cfg.dim, dtype=jnp.float64)
-    paths = fd.extract_paths(model, probs, dtype=jnp.float64)
+    paths = fd.extract_paths(model, _pointer_problems(cfg), dtype=jnp.float64)
     assert paths.loop_kind == "fisher"
     np.testing.assert_allclose(np.asarray(paths.attn_t), np.asarray(paths.t) + model.dt)
     par = model.dynamics_parameters()
@@ -191,6 +198,30 @@ def test_fisher_model_attention_follows_simulate_piecewise():
                                            rtol=0, atol=1e-6)
 
 
+def test_fisher_loop_step_gradients_match_finite_differences():
+    # Reference: central finite differences (step 1e-6, float64: truncation ~1e-12,
+    # agreement 1e-6 relative) of a weighted sum of the weights after one loop, in the
+    # mass, the damping and one score.
+    n = 5
+    z = jr.normal(jr.PRNGKey(8), (n,), jnp.float64)
+    w = jr.normal(jr.PRNGKey(9), (n,), jnp.float64)
+    x0 = jnp.sqrt(jax.nn.softmax(jr.normal(jr.PRNGKey(10), (n,), jnp.float64)))
+
+    @jax.jit
+    def f(p):
+        x, _ = fisher_loop_step(fd.Tsallis(1.5), x0, jnp.zeros(n), z.at[0].add(p[2]), 0.7,
+                                p[0], p[1], 0.25, 4)
+        return jnp.sum(w * x * x)
+
+    p = jnp.array([0.6, 0.9, 0.0])
+    g = np.asarray(jax.jit(jax.grad(f))(p))
+    assert np.all(np.isfinite(g)) and np.all(g != 0)
+    h = 1e-6
+    fdiff = [(float(f(p.at[i].add(h))) - float(f(p.at[i].add(-h)))) / (2 * h) for i in range(3)]
+    np.testing.assert_allclose(g, fdiff, rtol=1e-6, atol=1e-10)
+
+
+@pytest.mark.slow
 def test_fisher_model_trains_with_finite_gradients():
     # Reference: finite differences of the loss in the learned mass of head 0 (central,
     # step 1e-5, float64: truncation ~1e-10, agreement to 1e-5 relative); every gradient
@@ -255,11 +286,14 @@ def test_linear_score_dynamics_is_the_damped_oscillator(a, b):
     np.testing.assert_allclose(np.asarray(v), dref, rtol=0, atol=1e-6)
 
 
+LINEAR_TINY = dataclasses.replace(FISHER_TINY, loop_kind="linear", mass=0.5, damping=1.5)
+
+
 def test_linear_model_is_linear_score_dynamics_of_its_scores():
     # Reference: linear_score_dynamics (tested against the closed form above) driven by
     # the model's own recorded loop scores, a = 1/m, b = gamma/m; 1e-12 in float64. The
     # control has as many free parameters per head as the Fisher loop (two, plus T).
-    cfg = dataclasses.replace(FISHER_TINY, loop_kind="linear", mass=0.5, damping=1.5)
+    cfg = LINEAR_TINY
     model = _f64(init_looped(cfg, jr.PRNGKey(1)))
     fisher = init_looped(FISHER_TINY, jr.PRNGKey(1))
     n_par = lambda m: sum(x.size for x in jax.tree_util.tree_leaves(m.loop))  # noqa: E731
@@ -268,8 +302,7 @@ def test_linear_model_is_linear_score_dynamics_of_its_scores():
     # (initialized in float32: 1e-6)
     np.testing.assert_allclose(par["a"], 2.0, rtol=1e-6)
     np.testing.assert_allclose(par["b"], 3.0, rtol=1e-6)
-    probs = pointer_task(jr.PRNGKey(2), 2, cfg.n_pairs, cfg.hops, cfg.dim, dtype=jnp.float64)
-    paths = fd.extract_paths(model, probs, 2 * cfg.n_loops, dtype=jnp.float64)
+    paths = fd.extract_paths(model, _pointer_problems(cfg), dtype=jnp.float64)
     times = jnp.concatenate([jnp.zeros(1), paths.attn_t])
     attn, _, _ = linear_score_dynamics(paths.scores, times, jnp.asarray(par["a"]),
                                        jnp.asarray(par["b"]), model.T)
@@ -295,7 +328,7 @@ def test_fixed_point_report_jacobian_and_spectral_radius():
     model = _f64(init_looped(FP_TINY, jr.PRNGKey(4)))
     probs = fd.recall_task(jr.PRNGKey(5), 2, FP_TINY.n_pairs, FP_TINY.dim, 0.0,
                            dtype=jnp.float64)
-    rep = fixed_point_report(model, probs.tokens, n_inits=2)
+    rep = fixed_point_report(model, probs.tokens, n_inits=1)
     N = 4 * FP_TINY.n_loops
     assert rep.n_loops == N and rep.jacobian.shape[0] == 1
     _, xs, state = model.run(probs.tokens[0], N)
@@ -328,19 +361,26 @@ def test_fixed_point_report_jacobian_and_spectral_radius():
 
 
 def test_deq_training_options_and_cache_key(tmp_path):
-    # Reference: the recipe. A plain run's cache key is unchanged by the new options (its
-    # metadata holds no `loops`); a fixed-point run gets its own key, is deterministic, and
-    # bad loop ranges are refused.
+    # References: (1) the cache key of the plain recipe is the one built before the new
+    # options (weights stored by hand under the old-format key are found and loaded, no
+    # training); (2) a fixed-point run records its loop range and penalty in the key, is
+    # deterministic, and bad loop ranges are refused.
     import json
 
-    from fisherdyn._weight_tied._training import train_looped
+    from fisherdyn._weight_tied._cache import cache_paths
+    from fisherdyn._weight_tied._training import TrainedLooped, _store, train_looped
 
     kw = dict(seed=1, steps=3, batch=4, eval_batch=8, progress=False, cache_dir=tmp_path)
+    old_recipe = dict(seed=1, steps=3, batch=4, lr=3e-3, weight_decay=1e-4, loss_from=0.5,
+                      eval_batch=8)
+    w, m, blob = cache_paths(FP_TINY.fingerprint(), FP_TINY.entropy.name, old_recipe, tmp_path)
+    stored = TrainedLooped(init_looped(FP_TINY, jr.PRNGKey(0)), 0.123, np.zeros(3), 0.0, 0.0,
+                           False, str(w))
+    _store(stored, w, m, blob)
     plain = train_looped(FP_TINY, **kw)
+    assert plain.from_cache and plain.path == str(w) and plain.accuracy == 0.123
     deq = train_looped(FP_TINY, loops=(3, 9), residual_penalty=10.0, **kw)
-    assert plain.path != deq.path
-    meta = json.loads(open(plain.path.replace(".eqx", ".json")).read())
-    assert "loops" not in meta["recipe"]
+    assert not deq.from_cache and deq.path != plain.path
     meta = json.loads(open(deq.path.replace(".eqx", ".json")).read())
     assert meta["recipe"]["loops"] == [3, 9] and meta["recipe"]["residual_penalty"] == 10.0
     assert np.all(np.isfinite(deq.loss_history))
@@ -383,10 +423,11 @@ def test_extract_paths_every_kind_on_pointer_task(kind):
     # are probability vectors (1e-12); all_rows keeps the query row as the last row; the
     # per-loop accuracy is recomputed from the logits by hand; with_loops keeps the
     # dynamics parameters (depth per loop c/n).
-    cfg = dataclasses.replace(FISHER_TINY, loop_kind=kind)
+    cfg = {"fisher": FISHER_TINY, "linear": LINEAR_TINY}.get(
+        kind, dataclasses.replace(FISHER_TINY, loop_kind=kind))
     model = _f64(init_looped(cfg, jr.PRNGKey(1)))
-    probs = pointer_task(jr.PRNGKey(2), 3, cfg.n_pairs, cfg.hops, cfg.dim, dtype=jnp.float64)
-    n = 2 * cfg.n_loops
+    probs = _pointer_problems(cfg)
+    n = cfg.n_loops
     rows = fd.extract_paths(model, probs, n, dtype=jnp.float64, all_rows=kind == "fisher")
     assert rows.loop_kind == kind
     np.testing.assert_array_equal(np.asarray(rows.chain), np.asarray(probs.chain))
@@ -394,10 +435,10 @@ def test_extract_paths_every_kind_on_pointer_task(kind):
     assert np.all(attn >= 0)
     np.testing.assert_allclose(attn.sum(-1), 1.0, rtol=0, atol=1e-12)
     if kind == "fisher":  # every token's row carries its own state; the query's is last
-        assert attn.shape == (n + 1, 3, cfg.n_heads, cfg.n_ctx, cfg.n_ctx)
+        assert attn.shape == (n + 1, 2, cfg.n_heads, cfg.n_ctx, cfg.n_ctx)
         rows = dataclasses.replace(rows, attn=rows.attn[..., -1, :],
                                    scores=rows.scores[..., -1, :])
-    assert rows.attn.shape == (n + 1, 3, cfg.n_heads, cfg.n_ctx)
+    assert rows.attn.shape == (n + 1, 2, cfg.n_heads, cfg.n_ctx)
     direct = jax.vmap(model)(probs.tokens)
     np.testing.assert_allclose(np.asarray(rows.logits[cfg.n_loops]), np.asarray(direct),
                                rtol=0, atol=1e-10)
@@ -430,8 +471,7 @@ def test_fisher_score_dynamics_replays_the_model():
 
     cfg = FISHER_TINY
     model = _f64(init_looped(cfg, jr.PRNGKey(1)))
-    probs = pointer_task(jr.PRNGKey(2), 2, cfg.n_pairs, cfg.hops, cfg.dim, dtype=jnp.float64)
-    paths = fd.extract_paths(model, probs, dtype=jnp.float64)
+    paths = fd.extract_paths(model, _pointer_problems(cfg), dtype=jnp.float64)
     par = model.dynamics_parameters()
     times = jnp.concatenate([jnp.zeros(1), paths.attn_t])
     attn, _, _ = fisher_score_dynamics(cfg.entropy, paths.scores, times,

@@ -99,28 +99,37 @@ def _query_attention(model, state, e):
 
 @functools.partial(eqx.filter_jit, **RUN_ONCE)
 def _settle(model, tokens, n, keys, scale):
-    """Per problem: residuals at loop n from the default start, and the query attention
-    at loop n from the default start and from each random start."""
+    """Residuals at loop n from the default start, and the largest Fisher-Rao distance of
+    the query attention at loop n from random starts to that from the default start.
+    `scale` None: the random residual streams get the RMS of the default start's $x_n$."""
 
-    def one(tok, ks):
+    def default(tok):
         e = model.embedding(tok)
         _, xs, state_n = model.run(tok, n)
         state_prev = _run_from(model, tok, n - 1, None)
         res = _norm(xs[-1] - xs[-2]) / _norm(xs[-1])
         if state_n[1] is None:
-            cres = jnp.zeros(())
+            cres = jnp.zeros((), xs.dtype)
         else:
             cres = _norm(jax.tree_util.tree_map(jnp.subtract, state_n[1], state_prev[1])) / \
                 _norm(state_n[1])
         a_n, _ = _query_attention(model, state_n, e)
         a_prev, _ = _query_attention(model, state_prev, e)
+        return res, cres, jnp.max(jnp.abs(a_n - a_prev)), a_n, state_n
+
+    res, cres, change, a_n, state_n = jax.vmap(default)(tokens)
+    if scale is None:
+        scale = jnp.sqrt(jnp.mean(state_n[0] ** 2))
+
+    def spread(tok, a_ref, ks):
+        e = model.embedding(tok)
         starts = jax.vmap(lambda k: _random_state(model, tok, k, scale))(ks)
         a_rand = jax.vmap(lambda s0: _query_attention(model, _run_from(model, tok, n, s0),
                                                       e)[0])(starts)
-        dist = jnp.max(fisher_rao_distance(a_rand, a_n[None]))
-        return res, cres, jnp.max(jnp.abs(a_n - a_prev)), dist, state_n
+        return jnp.max(fisher_rao_distance(a_rand, a_ref[None]))
 
-    return jax.vmap(one)(tokens, keys)
+    dist = jax.vmap(spread)(tokens, a_n, keys)
+    return res, cres, change, dist, state_n
 
 
 def _run_from(model, tokens, n, state0):
@@ -195,12 +204,9 @@ def fixed_point_report(model: LoopedTransformer,
         raise ValueError(f"n_loops must be >= 2, got {n}")
     tokens = jnp.asarray(tokens)
     key = jr.PRNGKey(0) if key is None else key
-    if init_scale is None:
-        xs = jax.vmap(lambda t: model.run(t, n)[1][-1])(tokens)
-        init_scale = float(jnp.sqrt(jnp.mean(xs * xs)))
     keys = jr.split(key, tokens.shape[0] * n_inits).reshape(tokens.shape[0], n_inits, -1)
-    res, cres, change, dist, state_n = _settle(model, tokens, n, keys,
-                                               jnp.asarray(init_scale, tokens.dtype))
+    scale = None if init_scale is None else jnp.asarray(init_scale, tokens.dtype)
+    res, cres, change, dist, state_n = _settle(model, tokens, n, keys, scale)
     Js, As, attns, scs, flats = [], [], [], [], []
     unravel = None
     for b in range(min(int(n_jacobian), tokens.shape[0])):

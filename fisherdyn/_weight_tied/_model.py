@@ -10,6 +10,10 @@ $x_0 = 0$, $e$ the token embedding: an explicit Euler discretization of
 $\\dot x = F(x, e)$ on $t\\in[0, c]$, so the loop index reads as continuous depth
 $t_l = l\\,c/L$ (docs/math.md §6). Running more loops at the same step continues the same
 flow past the trained depth; that is what `extract_paths` records.
+
+`LoopedConfig.loop_kind` chooses what the attention of a loop is: the normalizer of that
+loop's scores (`"transformer"`), or the state of a dynamics carried across loops and driven
+by them (`"fisher"`, `"linear"`: the study's controls, `_fisher_loop.py`).
 """
 
 from __future__ import annotations
