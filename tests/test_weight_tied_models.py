@@ -110,10 +110,8 @@ def test_config_selects_task():
 
 from fisherdyn._weight_tied._fisher_loop import (  # noqa: E402
     FisherLoop,
-    LinearScoreLoop,
     fisher_loop_step,
     linear_score_dynamics,
-    linear_score_step,
 )
 
 # Kaniadakis compiles its own simulate program: in the slow suite only
