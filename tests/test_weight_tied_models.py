@@ -478,3 +478,16 @@ def test_fisher_score_dynamics_replays_the_model():
     np.testing.assert_allclose(np.asarray(attn[0]), 1 / cfg.n_ctx, atol=1e-15)
     np.testing.assert_allclose(np.asarray(attn[1:]), np.asarray(paths.attn), rtol=0,
                                atol=1e-12)
+
+
+def test_learnable_temperature_is_per_head_and_starts_at_the_config_T():
+    # Reference: the config's temperature (sqrt(d_head) by default) and the softplus
+    # parametrization; without learn_T the loop holds the config's T.
+    cfg = dataclasses.replace(FISHER_TINY, learn_T=True)
+    model = init_looped(cfg, jr.PRNGKey(0))
+    assert model.loop.raw_T.shape == (cfg.n_heads,)
+    np.testing.assert_allclose(model.dynamics_parameters()["T"], cfg.temperature, rtol=1e-6)
+    fixed = FisherLoop(3, 0.5, 2.0, None)
+    np.testing.assert_allclose(np.asarray(fixed.temperature(1.7)), 1.7, rtol=1e-7)
+    np.testing.assert_allclose(np.asarray(fixed.mass), 0.5, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(fixed.damping), 2.0, rtol=1e-6)
