@@ -10,6 +10,10 @@ $x_0 = 0$, $e$ the token embedding: an explicit Euler discretization of
 $\\dot x = F(x, e)$ on $t\\in[0, c]$, so the loop index reads as continuous depth
 $t_l = l\\,c/L$ (docs/math.md §6). Running more loops at the same step continues the same
 flow past the trained depth; that is what `extract_paths` records.
+
+`LoopedConfig.loop_kind` chooses what the attention of a loop is: the normalizer of that
+loop's scores (`"transformer"`), or the state of a dynamics carried across loops and driven
+by them (`"fisher"`, `"linear"`: the study's controls, `_fisher_loop.py`).
 """
 
 from __future__ import annotations
@@ -27,8 +31,15 @@ from .._custom_types import Array, Float
 from .._entropies import AbstractEntropy, Shannon
 from .._misc import check_entropy
 from .._stationary import stationary
+from ._fisher_loop import AbstractCarriedLoop, FisherLoop, LinearScoreLoop
 
 __all__ = ["LoopedConfig", "LoopedTransformer", "init_looped"]
+
+_TASKS = ("recall", "pointer")
+_LOOP_KINDS = ("transformer", "fisher", "linear")
+# fields added after the first cached weights: omitted from the fingerprint at these values
+_LATER_DEFAULTS = dict(task="recall", hops=1, loop_kind="transformer", mass=1.0, damping=1.0,
+                       learn_T=False, substeps=4)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,12 +48,24 @@ class LoopedConfig:
 
     **Fields:**
 
-    - Task: `n_pairs` context pairs, `dim`-dimensional $\\pm1$ keys, `n_classes` labels
-      (None = `n_pairs`), `corrupt` fraction of query bits flipped.
+    - Task: `task` = `"recall"` (`recall_task`) or `"pointer"` (`pointer_task` with
+      `n_pairs` nodes and `hops` links); `n_pairs` context pairs (nodes),
+      `dim`-dimensional $\\pm1$ keys, `n_classes` labels (None = `n_pairs`), `corrupt`
+      fraction of query bits flipped.
     - Model: width `d_model`, `n_heads` heads of width `d_model // n_heads`, MLP width
       `d_mlp`, `n_loops` = L trained loops, `step` = c (residual step c/L), `entropy` the
       attention normalizer, `T` its temperature (None = $\\sqrt{d_{head}}$, the standard
       scaling), `dtype` of the weights.
+    - Attention: `loop_kind` = `"transformer"` (each loop's attention is
+      `stationary(entropy, scores, T)`), `"fisher"` (a `FisherLoop`: the attention is the
+      damped Fisher-Lagrangian dynamics driven by the loop scores, the positive control) or
+      `"linear"` (a `LinearScoreLoop`: linear second-order dynamics in score space, the
+      negative control). `mass`, `damping`: their initial $m$ and $\\gamma$ per head;
+      `learn_T`: also learn T per head (initialized at the temperature); `substeps`: RK4
+      steps per loop of the Fisher dynamics.
+
+    Fields at their defaults are left out of the cache fingerprint, so the weights cached
+    for a config are found whatever fields were added later.
     """
 
     n_pairs: int = 8
@@ -57,9 +80,24 @@ class LoopedConfig:
     entropy: AbstractEntropy = dataclasses.field(default_factory=Shannon)
     T: float | None = None
     dtype: str = "float32"
+    task: str = "recall"
+    hops: int = 1
+    loop_kind: str = "transformer"
+    mass: float = 1.0
+    damping: float = 1.0
+    learn_T: bool = False
+    substeps: int = 4
 
     def __post_init__(self):
         check_entropy(self.entropy)
+        if self.task not in _TASKS:
+            raise ValueError(f"task must be one of {_TASKS}, got {self.task!r}")
+        if self.loop_kind not in _LOOP_KINDS:
+            raise ValueError(f"loop_kind must be one of {_LOOP_KINDS}, got {self.loop_kind!r}")
+        if self.hops < 1 or (self.task == "recall" and self.hops != 1):
+            raise ValueError(f"hops must be >= 1 (and 1 for the recall task), got {self.hops}")
+        if not (self.mass > 0 and self.damping > 0) or self.substeps < 1:
+            raise ValueError("need mass > 0, damping > 0 and substeps >= 1")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.n_loops < 1 or not self.step > 0:
@@ -73,6 +111,8 @@ class LoopedConfig:
 
     @property
     def token_dim(self) -> int:
+        if self.task == "pointer":
+            return 2 * self.dim + self.classes + 1
         return self.dim + self.classes + 1
 
     @property
@@ -92,6 +132,9 @@ class LoopedConfig:
         """A JSON-able description (the entropy by its repr) used for the cache key."""
         d = dataclasses.asdict(self)
         d["entropy"] = repr(self.entropy)
+        for name, default in _LATER_DEFAULTS.items():
+            if d[name] == default:
+                del d[name]
         return d
 
 
@@ -108,6 +151,12 @@ class LoopedTransformer(eqx.Module):
     tokens `(n_tok, token_dim)` returns the label logits at the query token after
     `n_loops` loops (default: the trained `config.n_loops`), always with the trained step
     `config.step / config.n_loops`. Batch with `jax.vmap`.
+
+    The loop state is `(x, carry)`: the residual stream $x$ `(n_tok, d_model)` and, for
+    `loop_kind` `"fisher"` / `"linear"`, the attention's own carried state (`loop`, a
+    `FisherLoop` / `LinearScoreLoop`; None and `carry = None` for the plain transformer).
+    The transformer weights do not depend on `loop_kind`: the same key gives the same
+    block whatever carries the attention.
     """
 
     embed: eqx.nn.Linear
@@ -121,6 +170,7 @@ class LoopedTransformer(eqx.Module):
     mlp_out: eqx.nn.Linear
     ln_out: eqx.nn.LayerNorm
     readout: eqx.nn.Linear
+    loop: AbstractCarriedLoop | None
     config: LoopedConfig = eqx.field(static=True)
 
     def __init__(self, config: LoopedConfig, *, key: jax.Array):
@@ -139,6 +189,7 @@ class LoopedTransformer(eqx.Module):
         self.mlp_out = eqx.nn.Linear(config.d_mlp, d, key=ks[6], dtype=dt)
         self.ln_out = eqx.nn.LayerNorm(d, dtype=dt)
         self.readout = eqx.nn.Linear(d, config.classes, key=ks[7], dtype=dt)
+        self.loop = _make_loop(config)
 
     # config views (the fields the studies read)
     @property
@@ -170,21 +221,48 @@ class LoopedTransformer(eqx.Module):
         """The residual step $c/L$ (depth per loop)."""
         return self.config.step / self.config.n_loops
 
+    @property
+    def loop_kind(self) -> str:
+        return self.config.loop_kind
+
+    def dynamics_parameters(self) -> dict:
+        """The carried attention's learned parameters per head, as numpy arrays:
+        `mass`, `damping`, `T` (and `a`, `b` for `"linear"`), plus the `entropy` (the
+        family) and `loop_kind`. For the plain transformer only `T`, `entropy`, `loop_kind`.
+        """
+        import numpy as np
+
+        out = dict(loop_kind=self.loop_kind, entropy=self.entropy)
+        if self.loop is None:
+            out["T"] = np.full(self.n_heads, self.T)
+            return out
+        out.update(mass=np.asarray(self.loop.mass), damping=np.asarray(self.loop.damping),
+                   T=np.asarray(self.loop.temperature(self.T)))
+        if isinstance(self.loop, LinearScoreLoop):
+            out.update(a=np.asarray(self.loop.a), b=np.asarray(self.loop.b))
+        return out
+
     def _heads(self, lin, x):
         n = x.shape[0]
         y = jax.vmap(lin)(x).reshape(n, self.config.n_heads, self.config.d_head)
         return y.transpose(1, 0, 2)
 
-    def _attend(self, x, e):
-        """Scores, weights and attention output at state x (re-injected input e)."""
+    def _attend(self, x, e, carry=None):
+        """Scores, weights and attention output at state (x, carry) (re-injected input e),
+        and the carried attention state after the loop."""
         u = x + e
         y = jax.vmap(self.ln_attn)(u)
         q, k, v = self._heads(self.wq, y), self._heads(self.wk, y), self._heads(self.wv, y)
         scores = jnp.einsum("hqd,hkd->hqk", q, k)
-        rho = stationary(self.config.entropy, scores, self.config.temperature)
+        if self.loop is None:
+            rho = stationary(self.config.entropy, scores, self.config.temperature)
+        else:
+            T = self.loop.temperature(self.config.temperature).astype(scores.dtype)
+            carry = self.loop.advance(carry, scores, self.config.entropy, T, self.dt)
+            rho = self.loop.weights(carry, self.config.entropy, T)
         out = jnp.einsum("hqk,hkd->qhd", rho, v).reshape(x.shape[0], self.config.d_model)
         a = jax.vmap(self.wo)(out)
-        return u, a, scores, rho
+        return u, a, scores, rho, carry
 
     def _logits(self, x):
         return self.readout(self.ln_out(x[-1]))
@@ -193,45 +271,79 @@ class LoopedTransformer(eqx.Module):
         m = jax.vmap(self.mlp_out)(jax.nn.gelu(jax.vmap(self.mlp_in)(jax.vmap(self.ln_mlp)(u + a))))
         return a + m
 
+    def embedding(self, tokens: Float[Array, "n_tok token_dim"]) -> Float[Array, "n_tok d_model"]:
+        """The re-injected input $e$ of one problem."""
+        return jax.vmap(self.embed)(tokens)
+
+    def initial_state(self, tokens: Float[Array, "n_tok token_dim"]):
+        """The loop state at depth 0: `(x_0 = 0, carry_0)` (carry at rest, uniform attention;
+        None for the plain transformer)."""
+        e = self.embedding(tokens)
+        carry = None
+        if self.loop is not None:
+            n = e.shape[0]
+            carry = self.loop.init_state((self.config.n_heads, n, n), e.dtype)
+        return jnp.zeros_like(e), carry
+
+    def loop_map(self, state, e: Float[Array, "n_tok d_model"]):
+        """One loop: the state `(x_l, carry_l)` to `(x_{l+1}, carry_{l+1})` (`e` from
+        `embedding`). The map whose fixed points `fixed_point_report` studies."""
+        x, carry = state
+        u, a, _, _, carry = self._attend(x, e, carry)
+        return x + jnp.asarray(self.dt, e.dtype) * self._update(u, a), carry
+
+    def _scan(self, tokens, n_loops, state0, record_attn):
+        n = self.config.n_loops if n_loops is None else int(n_loops)
+        e = self.embedding(tokens)
+        if state0 is None:
+            state0 = self.initial_state(tokens)
+        dt = jnp.asarray(self.dt, e.dtype)
+
+        def body(state, _):
+            x, carry = state
+            u, a, scores, rho, carry = self._attend(x, e, carry)
+            rec = (rho, scores) if record_attn else ()
+            return (x + dt * self._update(u, a), carry), (rec, self._logits(x), x)
+
+        state_n, (rec, logits, xs) = jax.lax.scan(body, state0, length=n)
+        xs = jnp.concatenate([xs, state_n[0][None]])
+        logits = jnp.concatenate([logits, self._logits(state_n[0])[None]])
+        return e, state_n, rec, logits, xs
+
     def trace(self, tokens: Float[Array, "n_tok token_dim"],
-              n_loops: int | None = None) -> _Trace:
+              n_loops: int | None = None, state0=None) -> _Trace:
         """Run `n_loops` loops on one problem, recording every state $x_0..x_n$.
+
+        **Arguments:** `tokens` of one problem; `n_loops` (default: the trained L);
+        `state0`: the initial loop state (default `initial_state(tokens)`).
 
         **Returns:**
 
         `(attn, scores, logits)` with a leading axis of length `n_loops + 1`: the attention
-        weights and raw scores $q\\cdot k$ (all heads, all rows) computed at each state, and
-        the readout logits of each state.
+        weights and raw scores $q\\cdot k$ (all heads, all rows) of each loop $l$ (the
+        weights that drive the step $x_l \\to x_{l+1}$; the last row is that of one more
+        loop from the final state), and the readout logits of each state.
         """
-        n = self.config.n_loops if n_loops is None else int(n_loops)
-        e = jax.vmap(self.embed)(tokens)
-        dt = jnp.asarray(self.dt, e.dtype)
-
-        def body(x, _):
-            u, a, scores, rho = self._attend(x, e)
-            return x + dt * self._update(u, a), (rho, scores, self._logits(x))
-
-        x_n, (rho, scores, logits) = jax.lax.scan(body, jnp.zeros_like(e), length=n)
-        _, _, s_n, rho_n = self._attend(x_n, e)
+        e, (x_n, c_n), (rho, scores), logits, _ = self._scan(tokens, n_loops, state0, True)
+        _, _, s_n, rho_n, _ = self._attend(x_n, e, c_n)
         return _Trace(
             jnp.concatenate([rho, rho_n[None]]),
             jnp.concatenate([scores, s_n[None]]),
-            jnp.concatenate([logits, self._logits(x_n)[None]]),
+            logits,
         )
 
     def loop_logits(self, tokens: Float[Array, "n_tok token_dim"],
-                    n_loops: int | None = None) -> Float[Array, "loops+1 n_classes"]:
+                    n_loops: int | None = None, state0=None) -> Float[Array, "loops+1 n_classes"]:
         """Readout logits of every state $x_0..x_n$, shape `(n_loops + 1, n_classes)`."""
-        n = self.config.n_loops if n_loops is None else int(n_loops)
-        e = jax.vmap(self.embed)(tokens)
-        dt = jnp.asarray(self.dt, e.dtype)
+        return self._scan(tokens, n_loops, state0, False)[3]
 
-        def body(x, _):
-            u, a, _, _ = self._attend(x, e)
-            return x + dt * self._update(u, a), self._logits(x)
-
-        x_n, logits = jax.lax.scan(body, jnp.zeros_like(e), length=n)
-        return jnp.concatenate([logits, self._logits(x_n)[None]])
+    def run(self, tokens: Float[Array, "n_tok token_dim"], n_loops: int | None = None,
+            state0=None):
+        """`(logits, xs, state_n)`: the readout logits and residual streams of every state
+        $x_0..x_n$, `(n + 1, n_classes)` and `(n + 1, n_tok, d_model)`, and the final
+        loop state `(x_n, carry_n)`."""
+        _, state_n, _, logits, xs = self._scan(tokens, n_loops, state0, False)
+        return logits, xs, state_n
 
     def __call__(self, tokens: Float[Array, "n_tok token_dim"],
                  n_loops: int | None = None) -> Float[Array, " n_classes"]:
@@ -241,6 +353,18 @@ class LoopedTransformer(eqx.Module):
         """The same weights as a model of `n_loops` loops at step `config.step / n_loops`
         (the same continuous depth c, discretized finer or coarser)."""
         return _with_config(self, dataclasses.replace(self.config, n_loops=int(n_loops)))
+
+
+def _make_loop(config: LoopedConfig) -> AbstractCarriedLoop | None:
+    """The carried attention of a config (None for the plain transformer)."""
+    dtype = jnp.dtype(config.dtype)
+    T = config.temperature if config.learn_T else None
+    if config.loop_kind == "fisher":
+        return FisherLoop(config.n_heads, config.mass, config.damping, T, dtype,
+                          substeps=config.substeps)
+    if config.loop_kind == "linear":
+        return LinearScoreLoop(config.n_heads, config.mass, config.damping, T, dtype)
+    return None
 
 
 def init_looped(config: LoopedConfig, key: jax.Array) -> LoopedTransformer:
@@ -259,8 +383,12 @@ def init_looped(config: LoopedConfig, key: jax.Array) -> LoopedTransformer:
 
     A `LoopedTransformer` equal to the eagerly constructed one.
     """
-    sizes = dataclasses.replace(config, entropy=Shannon(), n_loops=1, step=1.0, T=None)
-    return _with_config(_init_looped(sizes, key), config)
+    sizes = dataclasses.replace(config, entropy=Shannon(), n_loops=1, step=1.0, T=None, hops=1,
+                                mass=1.0, damping=1.0, substeps=4)
+    model = _with_config(_init_looped(sizes, key), config)
+    if model.loop is not None:  # its initial values come from the config, not the key
+        model = eqx.tree_at(lambda m: m.loop, model, _make_loop(config))
+    return model
 
 
 @eqx.filter_jit

@@ -1,4 +1,4 @@
-"""Reading a looped model out loop by loop: recall accuracy and the attention paths."""
+"""Reading a looped model out loop by loop: task accuracy and the attention paths."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .._custom_types import Array, ArrayLike, Float, Int
 from .._entropies import AbstractEntropy
 from .._misc import RUN_ONCE
 from ._model import LoopedTransformer
-from ._task import RecallBatch, recall_task
+from ._task import PointerBatch, RecallBatch, task_batch
 
 __all__ = ["LoopedPaths", "extract_paths", "evaluate_looped"]
 
@@ -30,7 +30,8 @@ def _trace_batch(model, tokens, n_loops):
 
 def evaluate_looped(model: LoopedTransformer, key: jax.Array, batch: int = 1024,
                     n_loops: int | None = None) -> float:
-    """Recall accuracy on `batch` fresh problems from `key` after `n_loops` loops.
+    """Accuracy on `batch` fresh problems of the model's task (`config.task`) from `key`
+    after `n_loops` loops.
 
     **Arguments:**
 
@@ -44,8 +45,7 @@ def evaluate_looped(model: LoopedTransformer, key: jax.Array, batch: int = 1024,
     The fraction of problems whose label is read out correctly.
     """
     c = model.config
-    data = recall_task(key, batch, c.n_pairs, c.dim, c.corrupt, n_classes=c.classes,
-                       dtype=jnp.dtype(c.dtype))
+    data = task_batch(c, key, batch)
     n = c.n_loops if n_loops is None else int(n_loops)
     pred = _predict(model, data.tokens, n)
     return float(np.mean(np.asarray(pred) == np.asarray(data.labels)))
@@ -65,7 +65,13 @@ class LoopedPaths(eqx.Module):
     - `logits` `(loops + 1, batch, n_classes)`: the readout at each state.
     - `t` `(loops + 1,)`: continuous depth $t_l = l\\,c/L$ (trained step).
     - `T`: the attention temperature; `entropy`: the normalizer; `n_trained`: L.
-    - `labels`, `target` `(batch,)` when the inputs were a `RecallBatch` (else None).
+    - `labels`, `target` `(batch,)` when the inputs were a `RecallBatch` or a
+      `PointerBatch` (else None); `chain` `(batch, hops)` for a `PointerBatch`.
+    - `attn_t` `(loops + 1,)`: the depth at which each attention row holds. For the plain
+      transformer $t_l$ (computed at $x_l$); for a carried loop (`"fisher"`, `"linear"`)
+      $t_{l+1}$: loop $l$ advances the attention's state from $t_l$ to $t_{l+1}$ with the
+      scores `scores[l]` held fixed, starting at rest from uniform weights at $t = 0$.
+    - `loop_kind`: the model's `config.loop_kind`.
     """
 
     attn: Float[Array, "loops+1 batch heads *rows n_ctx"]
@@ -77,10 +83,13 @@ class LoopedPaths(eqx.Module):
     T: float = eqx.field(static=True)
     entropy: AbstractEntropy = eqx.field(static=True)
     n_trained: int = eqx.field(static=True)
+    attn_t: Float[Array, " loops+1"] | None = None
+    chain: Int[Array, "batch hops"] | None = None
+    loop_kind: str = eqx.field(static=True, default="transformer")
 
     @property
     def accuracy(self) -> Float[Array, " loops+1"]:
-        """Recall accuracy per loop, `(loops + 1,)` (needs labels)."""
+        """Task accuracy per loop, `(loops + 1,)` (needs labels)."""
         if self.labels is None:
             raise ValueError("no labels: extract from a RecallBatch")
         hit = jnp.argmax(self.logits, -1).astype(self.labels.dtype) == self.labels[None]
@@ -110,7 +119,7 @@ def extract_paths(model: LoopedTransformer,
     **Arguments:**
 
     - `model`: a `LoopedTransformer`.
-    - `inputs`: a `RecallBatch` or tokens `(batch, n_tok, token_dim)`.
+    - `inputs`: a `RecallBatch`, a `PointerBatch` or tokens `(batch, n_tok, token_dim)`.
     - `n_loops`: loops to run (default: the trained `model.n_loops`).
     - `dtype`: run in this float dtype (e.g. `jnp.float64` for fitting), casting weights
       and inputs; None keeps the model's.
@@ -121,9 +130,11 @@ def extract_paths(model: LoopedTransformer,
 
     A `LoopedPaths`.
     """
-    labels = target = None
+    labels = target = chain = None
     if isinstance(inputs, RecallBatch):
         tokens, labels, target = inputs
+    elif isinstance(inputs, PointerBatch):
+        tokens, labels, target, chain = inputs
     else:
         tokens = jnp.asarray(inputs)
     model, dtype = _cast(model, dtype)
@@ -135,5 +146,6 @@ def extract_paths(model: LoopedTransformer,
     if not all_rows:
         attn, scores = attn[..., -1, :], scores[..., -1, :]
     t = jnp.arange(n + 1, dtype=dtype) * jnp.asarray(model.dt, dtype)
+    attn_t = t if model.loop is None else t + jnp.asarray(model.dt, dtype)
     return LoopedPaths(attn, scores, jnp.moveaxis(tr.logits, 1, 0), t, labels, target,
-                       model.T, model.entropy, model.n_loops)
+                       model.T, model.entropy, model.n_loops, attn_t, chain, model.loop_kind)

@@ -1,7 +1,10 @@
-"""Training a looped transformer on the recall task (the only module that imports optax).
+"""Training a looped transformer on its task (the only module that imports optax).
 
 The loss averages the readout's cross entropy over the later loops, so the computation is
-trained to settle rather than to pass through the answer.
+trained to settle rather than to pass through the answer. Fixed-point (DEQ-style) training
+draws the loop count per step, $n \\sim U\\{L_{lo}..L_{hi}\\}$ at the trained step $c/L$,
+optionally penalizing the last loop's relative residual $\\|x_n - x_{n-1}\\|^2/\\|x_n\\|^2$,
+so the loop is trained to converge rather than to be read at one depth.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from .._misc import RUN_ONCE
 from ._cache import atomic_write, cache_paths, default_cache_dir
 from ._model import LoopedConfig, LoopedTransformer, _shell, init_looped
 from ._paths import evaluate_looped
-from ._task import recall_task
+from ._task import task_batch
 
 __all__ = ["TrainedLooped", "train_looped"]
 
@@ -63,24 +66,53 @@ def _loss_fn(model, tokens, labels, first):
     return jnp.mean(nll)
 
 
+def _deq_loss_fn(model, tokens, labels, n, loss_from, n_max, penalty):
+    """The loss at a drawn loop count n <= n_max: the cross entropy averaged over loops
+    floor(loss_from n)..n, plus `penalty` times the mean relative residual of loop n.
+    The scan always runs n_max loops (one compiled program for every n); loops past n get
+    zero weight."""
+    logits, xs, _ = jax.vmap(lambda t: model.run(t, n_max))(tokens)
+    logp = jax.nn.log_softmax(logits, -1)
+    nll = -jnp.take_along_axis(logp, labels[:, None, None], -1)[..., 0]  # (B, n_max + 1)
+    loop = jnp.arange(n_max + 1)
+    first = jnp.minimum(jnp.floor(loss_from * n.astype(logits.dtype)).astype(n.dtype), n)
+    w = ((loop >= first) & (loop <= n)).astype(logits.dtype)
+    loss = jnp.mean(jnp.sum(nll * w, -1) / jnp.sum(w))
+    if penalty:
+        x_n = jnp.take(xs, n, axis=1)
+        x_prev = jnp.take(xs, n - 1, axis=1)
+        num = jnp.sum((x_n - x_prev) ** 2, (-2, -1))
+        den = jnp.sum(x_n**2, (-2, -1)) + jnp.finfo(xs.dtype).tiny
+        loss = loss + penalty * jnp.mean(num / den)
+    return loss
+
+
 _SHORT_RUN = 400  # training steps below which the step compiles at XLA level 0
 
 
 @functools.lru_cache(maxsize=32)
-def _training_step(config, batch, first, lr, weight_decay, steps):
-    """(optimizer, compiled step) for one config and recipe, reused across calls."""
+def _training_step(config, batch, first, lr, weight_decay, steps, loops=None, loss_from=0.5,
+                   penalty=0.0):
+    """(optimizer, compiled step) for one config and recipe, reused across calls; `loops`
+    `(lo, hi)` selects the fixed-point loss at a loop count drawn per step."""
     schedule = optax.warmup_cosine_decay_schedule(0.0, lr, max(1, steps // 20), steps, lr * 0.02)
     optim = optax.chain(optax.clip_by_global_norm(1.0),
                         optax.adamw(schedule, weight_decay=weight_decay))
-    dtype = jnp.dtype(config.dtype)
     # a short run spends more time compiling its step than running it
     jit = functools.partial(eqx.filter_jit, **RUN_ONCE) if steps < _SHORT_RUN else eqx.filter_jit
 
     @jit
     def train_step(model, opt_state, k_data, i):
-        data = recall_task(jr.fold_in(k_data, i), batch, config.n_pairs, config.dim,
-                           config.corrupt, n_classes=config.classes, dtype=dtype)
-        loss, grads = eqx.filter_value_and_grad(_loss_fn)(model, data.tokens, data.labels, first)
+        k_step = jr.fold_in(k_data, i)
+        data = task_batch(config, k_step, batch)
+        if loops is None:
+            loss, grads = eqx.filter_value_and_grad(_loss_fn)(model, data.tokens, data.labels,
+                                                              first)
+        else:
+            # the loop count from its own stream, so the problems do not depend on it
+            n = jr.randint(jr.fold_in(k_step, 1), (), loops[0], loops[1] + 1)
+            loss, grads = eqx.filter_value_and_grad(_deq_loss_fn)(
+                model, data.tokens, data.labels, n, loss_from, loops[1], penalty)
         params = eqx.filter(model, eqx.is_inexact_array)
         updates, opt_state = optim.update(grads, opt_state, params)
         return eqx.apply_updates(model, updates), opt_state, loss
@@ -101,9 +133,12 @@ def _numeric_mode(config):
     return stack
 
 
-def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_from, progress):
+def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_from, progress,
+              loops=None, residual_penalty=0.0):
     first = min(int(math.floor(loss_from * config.n_loops)), config.n_loops)
     hyper = (batch, first, lr, weight_decay, steps)
+    if loops is not None:
+        hyper = hyper + (loops, loss_from, residual_penalty)
     try:
         hash(config)
         build = _training_step  # compiled once per (config, recipe), reused across calls
@@ -167,8 +202,11 @@ def train_looped(
     cache_dir: str | os.PathLike | None = None,
     use_cache: bool = True,
     progress: bool = True,
+    loops: int | tuple[int, int] | None = None,
+    residual_penalty: float = 0.0,
 ) -> TrainedLooped:
-    """Train a `LoopedTransformer` on `recall_task` with optax, deterministically from `seed`.
+    """Train a `LoopedTransformer` on its task (`config.task`: `recall_task` or
+    `pointer_task`) with optax, deterministically from `seed`.
 
     AdamW with linear warmup and cosine decay, global-norm clipping at 1. Each step draws a
     fresh batch from `fold_in(key, step)`; the loss is the cross entropy of the readout
@@ -187,6 +225,14 @@ def train_looped(
     - `cache_dir`, `use_cache`: weight cache location; `use_cache=False` neither reads
       nor writes it.
     - `progress`: show a tqdm progress bar and print the final accuracy.
+    - `loops`: None (or L) trains at the config's L loops. `(lo, hi)`: fixed-point
+      (DEQ-style) training, each step at a loop count $n$ drawn uniformly from
+      `lo..hi` (e.g. `(L, 3 * L)`) at the trained step $c/L$, the loss averaged over loops
+      `floor(loss_from * n)..n`.
+    - `residual_penalty`: with `loops = (lo, hi)`, adds this times the mean relative
+      residual $\\|x_n - x_{n-1}\\|^2/\\|x_n\\|^2$ of the last loop.
+
+    The reported accuracy is at the trained L loops in either case.
 
     **Returns:**
 
@@ -194,9 +240,22 @@ def train_looped(
     """
     if steps < 1:
         raise ValueError("steps must be >= 1")
+    if loops is not None and not isinstance(loops, int):
+        loops = (int(loops[0]), int(loops[1]))
+        if not 1 <= loops[0] <= loops[1]:
+            raise ValueError(f"loops must be (lo, hi) with 1 <= lo <= hi, got {loops}")
+    elif loops is not None and int(loops) != config.n_loops:
+        raise ValueError(f"loops={loops} as an int must be config.n_loops={config.n_loops}; "
+                         "use (lo, hi) for fixed-point training")
+    else:
+        loops = None
+    if residual_penalty and loops is None:
+        raise ValueError("residual_penalty needs loops=(lo, hi)")
     recipe = dict(seed=int(seed), steps=int(steps), batch=int(batch), lr=float(lr),
                   weight_decay=float(weight_decay), loss_from=float(loss_from),
                   eval_batch=int(eval_batch))
+    if loops is not None:  # only then in the key: the plain recipe keeps its cached weights
+        recipe.update(loops=list(loops), residual_penalty=float(residual_penalty))
     k_init, k_data, k_eval = jr.split(jr.PRNGKey(seed), 3)
     if use_cache:
         root = default_cache_dir() if cache_dir is None else cache_dir
@@ -209,7 +268,8 @@ def train_looped(
         model = init_looped(config, k_init)
         model, losses, seconds, step_ms = _optimize(
             model, config, k_data, steps=int(steps), batch=int(batch), lr=float(lr),
-            weight_decay=float(weight_decay), loss_from=float(loss_from), progress=progress)
+            weight_decay=float(weight_decay), loss_from=float(loss_from), progress=progress,
+            loops=loops, residual_penalty=float(residual_penalty))
         accuracy = evaluate_looped(model, k_eval, eval_batch)
     if progress:
         print(f"train_looped: {config.entropy!r} accuracy {accuracy:.3f} "

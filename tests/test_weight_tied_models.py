@@ -1,0 +1,493 @@
+"""The weight-tied study's models, tasks and training: the pointer-chasing task, the
+carried-attention controls (Fisher dynamics, linear score dynamics), fixed-point training
+and its diagnostics.
+
+Imports from the private modules until the names are exported.
+"""
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.flatten_util
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import fisherdyn as fd
+from fisherdyn._weight_tied._model import LoopedConfig, init_looped
+from fisherdyn._weight_tied._task import PointerBatch, pointer_task, task_batch
+
+
+def _follow(tokens, dim, hops):
+    """Plain-numpy pointer following: match keys by equality, token by token."""
+    out_labels, out_target, out_chain = [], [], []
+    for tok in tokens:
+        ctx, q = tok[:-1], tok[-1]
+        src, dst, lab = ctx[:, :dim], ctx[:, dim:2 * dim], ctx[:, 2 * dim:-1]
+        cur = q[:dim]
+        chain = []
+        for _ in range(hops):
+            hits = np.flatnonzero(np.all(src == cur, axis=1))
+            assert hits.size >= 1
+            i = hits[0]
+            chain.append(i)
+            cur = dst[i]
+        out_chain.append(chain)
+        out_target.append(chain[-1])
+        out_labels.append(np.argmax(lab[chain[-1]]))
+    return np.array(out_labels), np.array(out_target), np.array(out_chain)
+
+
+@pytest.mark.parametrize("hops", [1, 2, 3, 5])
+def test_pointer_task_matches_numpy_following(hops):
+    # Reference: following the links in plain numpy by key equality (dim = 24 makes a
+    # key collision among 6 nodes a ~1e-6 event, so the lookup is unambiguous).
+    n_nodes, dim, batch = 6, 24, 64
+    b = pointer_task(jr.PRNGKey(hops), batch, n_nodes, hops, dim)
+    assert isinstance(b, PointerBatch)
+    tok = np.asarray(b.tokens)
+    assert tok.shape == (batch, n_nodes + 1, 2 * dim + n_nodes + 1) and tok.dtype == np.float32
+    np.testing.assert_array_equal(tok[:, :, -1], np.tile([0.0] * n_nodes + [1.0], (batch, 1)))
+    labels, target, chain = _follow(tok, dim, hops)
+    np.testing.assert_array_equal(np.asarray(b.labels), labels)
+    np.testing.assert_array_equal(np.asarray(b.target), target)
+    np.testing.assert_array_equal(np.asarray(b.chain), chain)
+    # one cycle through all nodes: the chain never revisits a node within n_nodes hops
+    if hops <= n_nodes:
+        assert all(len(set(c)) == hops for c in chain)
+    # seeded and pure
+    again = pointer_task(jr.PRNGKey(hops), batch, n_nodes, hops, dim)
+    for x, y in zip(b, again):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_pointer_one_hop_is_lookup_and_links_form_one_cycle():
+    # Reference: the definition. hops = 1: the label is the one stored on the token whose
+    # first key is the query key (a one-hop lookup); following n_nodes links returns to
+    # the start (a single cycle), and fewer never does.
+    n_nodes, dim = 7, 20
+    b1 = pointer_task(jr.PRNGKey(0), 50, n_nodes, 1, dim)
+    tok = np.asarray(b1.tokens)
+    for t, lab, tgt in zip(tok, np.asarray(b1.labels), np.asarray(b1.target)):
+        i = np.flatnonzero(np.all(t[:-1, :dim] == t[-1, :dim], axis=1))[0]
+        assert i == tgt and np.argmax(t[i, 2 * dim:-1]) == lab
+    full = pointer_task(jr.PRNGKey(0), 50, n_nodes, n_nodes + 1, dim)
+    chain = np.asarray(full.chain)
+    np.testing.assert_array_equal(chain[:, n_nodes], chain[:, 0])
+    assert all(len(set(c[:n_nodes])) == n_nodes for c in chain)
+    # corrupt flips exactly round(corrupt * dim) query bits
+    bc = pointer_task(jr.PRNGKey(0), 50, n_nodes, 2, dim, corrupt=0.25)
+    t = np.asarray(bc.tokens)
+    start = np.asarray(bc.chain)[:, 0]
+    flips = np.sum(t[np.arange(50), start, :dim] != t[:, -1, :dim], -1)
+    np.testing.assert_array_equal(flips, 5)
+
+
+def test_config_selects_task():
+    cfg = LoopedConfig(n_pairs=5, dim=8, task="pointer", hops=2, d_model=16, n_heads=2,
+                       d_mlp=16, n_loops=3)
+    assert cfg.token_dim == 2 * 8 + 5 + 1
+    b = task_batch(cfg, jr.PRNGKey(1), 4)
+    assert isinstance(b, PointerBatch) and b.tokens.shape == (4, 6, cfg.token_dim)
+    model = init_looped(cfg, jr.PRNGKey(0))
+    assert jax.eval_shape(jax.vmap(model), b.tokens).shape == (4, 5)
+    # defaults keep the recall task, and leave the fingerprint as before the new fields
+    base = LoopedConfig()
+    assert base.task == "recall" and "task" not in base.fingerprint()
+    assert cfg.fingerprint()["task"] == "pointer" and cfg.fingerprint()["hops"] == 2
+    with pytest.raises(ValueError, match="task"):
+        LoopedConfig(task="sorting")
+    with pytest.raises(ValueError, match="hops"):
+        LoopedConfig(hops=2)  # recall has one hop
+    with pytest.raises(ValueError, match="loop_kind"):
+        LoopedConfig(loop_kind="rnn")
+
+
+# ---------------------------------------------------------------------------------------
+# positive control: the attention is the damped Fisher-Lagrangian dynamics
+
+from fisherdyn._weight_tied._fisher_loop import (  # noqa: E402
+    FisherLoop,
+    fisher_loop_step,
+    linear_score_dynamics,
+)
+
+# Kaniadakis compiles its own simulate program: in the slow suite only
+FISHER_FAMILIES = [fd.Shannon(), fd.Tsallis(1.5),
+                   pytest.param(fd.Kaniadakis(0.3), marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("entropy", FISHER_FAMILIES, ids=["Shannon", "Tsallis", "Kaniadakis"])
+def test_fisher_loop_matches_simulate_at_fixed_scores(entropy):
+    # Reference: fd.simulate (adaptive Tsit5, rtol 1e-10) of the same family and (m, gamma, T)
+    # from uniform weights at rest, saved at the loop times t_l = l dt. Tolerance 1e-6 on the
+    # weights: RK4 with h = dt/8 = 1/32 has a global error ~ h^4 * (rate)^4 * t ~ 1e-7 for
+    # these rates (|z| <= 2, m = 0.5, gamma = 0.8, T = 0.7).
+    n, L, dt = 6, 8, 0.25
+    scores = jr.normal(jr.PRNGKey(0), (n,), jnp.float64)
+    m, gam, T = 0.5, 0.8, 0.7
+    loop = FisherLoop(1, m, gam, None, jnp.float64, substeps=8)
+    state = loop.init_state((1, 1, n), jnp.float64)
+    z = scores[None, None]
+    Tv = jnp.full((1,), T)
+    step = jax.jit(lambda s: loop.advance(s, z, entropy, Tv, dt))
+    rows = [loop.weights(state, entropy, Tv)[0, 0]]
+    for _ in range(L):
+        state = step(state)
+        rows.append(loop.weights(state, entropy, Tv)[0, 0])
+    ours = np.asarray(jnp.stack(rows))
+    np.testing.assert_allclose(np.asarray(loop.mass), m, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(loop.damping), gam, rtol=1e-12)
+    ts = jnp.arange(L + 1, dtype=jnp.float64) * dt
+    ref = fd.simulate(entropy, scores, T, mass=m, damping=gam, t1=L * dt, saveat=ts,
+                      rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ours, np.asarray(ref.rho), rtol=0, atol=1e-6)
+    # the dynamics moved the weights (the comparison is not uniform against uniform)
+    assert np.max(np.abs(ours[-1] - 1 / n)) > 0.05
+
+
+def _f64(model):
+    return jax.tree_util.tree_map(
+        lambda x: x.astype(jnp.float64) if eqx_is_float(x) else x, model)
+
+
+def eqx_is_float(x):
+    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating)
+
+
+FISHER_TINY = LoopedConfig(n_pairs=4, dim=8, task="pointer", hops=2, d_model=16, n_heads=2,
+                           d_mlp=16, n_loops=4, step=1.0, loop_kind="fisher", mass=0.6,
+                           damping=0.9, substeps=6)
+
+
+def _pointer_problems(cfg):
+    """The problems every FISHER_TINY-sized test extracts paths on (one compiled trace per
+    model kind across the tests)."""
+    return pointer_task(jr.PRNGKey(2), 2, cfg.n_pairs, cfg.hops, cfg.dim, dtype=jnp.float64)
+
+
+def test_fisher_model_attention_follows_simulate_piecewise():
+    # Reference: fd.simulate run loop by loop (rtol 1e-10) from the previous loop's
+    # (rho, rho_dot), each loop holding that loop's recorded scores: the model's recorded
+    # attention must be the dynamics with a zero-order hold of its own scores, at t_{l+1}.
+    # Tolerance 1e-6 (RK4 with 6 substeps of 0.25/6, as above).
+    cfg = FISHER_TINY
+    model = _f64(init_looped(cfg, jr.PRNGKey(1)))
+    paths = fd.extract_paths(model, _pointer_problems(cfg), dtype=jnp.float64)
+    assert paths.loop_kind == "fisher"
+    np.testing.assert_allclose(np.asarray(paths.attn_t), np.asarray(paths.t) + model.dt)
+    par = model.dynamics_parameters()
+    np.testing.assert_allclose(par["mass"], 0.6, rtol=1e-6)
+    np.testing.assert_allclose(par["damping"], 0.9, rtol=1e-6)
+    np.testing.assert_allclose(par["T"], model.T)
+    n_ctx = cfg.n_ctx
+    sim = jax.jit(lambda z, r, rd: fd.simulate(
+        cfg.entropy, z, model.T, mass=0.6, damping=0.9, rho0=r, velocity0=rd, t1=model.dt,
+        saveat=2, rtol=1e-10, atol=1e-12))
+    for b in range(1):
+        for h in range(cfg.n_heads):
+            rho, rho_dot = jnp.full(n_ctx, 1 / n_ctx), jnp.zeros(n_ctx)
+            for l in range(cfg.n_loops + 1):
+                tr = sim(paths.scores[l, b, h], rho, rho_dot)
+                rho, rho_dot = tr.rho_final, tr.rho_dot_final
+                np.testing.assert_allclose(np.asarray(paths.attn[l, b, h]), np.asarray(rho),
+                                           rtol=0, atol=1e-6)
+
+
+def test_fisher_loop_step_gradients_match_finite_differences():
+    # Reference: central finite differences (step 1e-6, float64: truncation ~1e-12,
+    # agreement 1e-6 relative) of a weighted sum of the weights after one loop, in the
+    # mass, the damping and one score.
+    n = 5
+    z = jr.normal(jr.PRNGKey(8), (n,), jnp.float64)
+    w = jr.normal(jr.PRNGKey(9), (n,), jnp.float64)
+    x0 = jnp.sqrt(jax.nn.softmax(jr.normal(jr.PRNGKey(10), (n,), jnp.float64)))
+
+    @jax.jit
+    def f(p):
+        x, _ = fisher_loop_step(fd.Tsallis(1.5), x0, jnp.zeros(n), z.at[0].add(p[2]), 0.7,
+                                p[0], p[1], 0.25, 4)
+        return jnp.sum(w * x * x)
+
+    p = jnp.array([0.6, 0.9, 0.0])
+    g = np.asarray(jax.jit(jax.grad(f))(p))
+    assert np.all(np.isfinite(g)) and np.all(g != 0)
+    h = 1e-6
+    fdiff = [(float(f(p.at[i].add(h))) - float(f(p.at[i].add(-h)))) / (2 * h) for i in range(3)]
+    np.testing.assert_allclose(g, fdiff, rtol=1e-6, atol=1e-10)
+
+
+@pytest.mark.slow
+def test_fisher_model_trains_with_finite_gradients():
+    # Reference: finite differences of the loss in the learned mass of head 0 (central,
+    # step 1e-5, float64: truncation ~1e-10, agreement to 1e-5 relative); every gradient
+    # leaf finite and the dynamics parameters' gradients nonzero.
+    from fisherdyn._weight_tied._training import _loss_fn
+
+    cfg = FISHER_TINY
+    model = _f64(init_looped(cfg, jr.PRNGKey(1)))
+    probs = pointer_task(jr.PRNGKey(3), 8, cfg.n_pairs, cfg.hops, cfg.dim, dtype=jnp.float64)
+    # one compiled program for the gradient and the finite differences' values
+    value_and_grad = jax.jit(jax.value_and_grad(
+        lambda mdl: _loss_fn(mdl, probs.tokens, probs.labels, 2)))
+    _, grads = value_and_grad(model)
+    leaves = [x for x in jax.tree_util.tree_leaves(grads) if eqx_is_float(x)]
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in leaves)
+    g = float(grads.loop.raw_mass[0])
+    assert abs(g) > 0 and np.all(np.asarray(grads.loop.raw_damping) != 0)
+    eps = 1e-5
+
+
+    plus = eqx.tree_at(lambda m: m.loop.raw_mass, model, model.loop.raw_mass.at[0].add(eps))
+    minus = eqx.tree_at(lambda m: m.loop.raw_mass, model, model.loop.raw_mass.at[0].add(-eps))
+    fdiff = (float(value_and_grad(plus)[0]) - float(value_and_grad(minus)[0])) / (2 * eps)
+    np.testing.assert_allclose(g, fdiff, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# negative control: linear second-order dynamics in score space
+
+
+def _oscillator(u0, v0, a, b, t):
+    """Closed form of u'' + b u' + a u = 0 (under- and overdamped branches)."""
+    disc = b * b / 4 - a
+    if disc < 0:
+        w = np.sqrt(-disc)
+        return np.exp(-b * t / 2) * (u0 * np.cos(w * t) + (v0 + b * u0 / 2) / w * np.sin(w * t))
+    r1, r2 = -b / 2 + np.sqrt(disc), -b / 2 - np.sqrt(disc)
+    A = (v0 - r2 * u0) / (r1 - r2)
+    return A * np.exp(r1 * t) + (u0 - A) * np.exp(r2 * t)
+
+
+@pytest.mark.parametrize("a,b", [(4.0, 1.0), (1.0, 3.0)], ids=["under", "over"])
+def test_linear_score_dynamics_is_the_damped_oscillator(a, b):
+    # Reference: the closed-form damped oscillator per key, z = s + u(t), and softmax(z/T)
+    # (jax.nn.softmax) for the Shannon readout; 1e-12 (float64; the per-interval matrix
+    # exponential is exact up to round-off, accumulated over 12 intervals).
+    n, T = 5, 0.7
+    s = jr.normal(jr.PRNGKey(4), (n,), jnp.float64)
+    z0 = jr.normal(jr.PRNGKey(5), (n,), jnp.float64)
+    v0 = jr.normal(jr.PRNGKey(6), (n,), jnp.float64)
+    times = jnp.sort(jr.uniform(jr.PRNGKey(7), (13,), jnp.float64, 0, 3)).at[0].set(0.0)
+    attn, z, v = linear_score_dynamics(jnp.broadcast_to(s, (12, n)), times, a, b, T, z0, v0)
+    t = np.asarray(times)[:, None]
+    ref = np.asarray(s) + _oscillator(np.asarray(z0 - s), np.asarray(v0), a, b, t)
+    np.testing.assert_allclose(np.asarray(z), ref, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(attn), np.asarray(jax.nn.softmax(ref / T, -1)),
+                               rtol=0, atol=1e-12)
+    # the velocity is the derivative of the closed form (central difference, 1e-6)
+    dt = 1e-6
+    dref = (_oscillator(np.asarray(z0 - s), np.asarray(v0), a, b, t + dt)
+            - _oscillator(np.asarray(z0 - s), np.asarray(v0), a, b, t - dt)) / (2 * dt)
+    np.testing.assert_allclose(np.asarray(v), dref, rtol=0, atol=1e-6)
+
+
+LINEAR_TINY = dataclasses.replace(FISHER_TINY, loop_kind="linear", mass=0.5, damping=1.5)
+
+
+def test_linear_model_is_linear_score_dynamics_of_its_scores():
+    # Reference: linear_score_dynamics (tested against the closed form above) driven by
+    # the model's own recorded loop scores, a = 1/m, b = gamma/m; 1e-12 in float64. The
+    # control has as many free parameters per head as the Fisher loop (two, plus T).
+    cfg = LINEAR_TINY
+    model = _f64(init_looped(cfg, jr.PRNGKey(1)))
+    fisher = init_looped(FISHER_TINY, jr.PRNGKey(1))
+    n_par = lambda m: sum(x.size for x in jax.tree_util.tree_leaves(m.loop))  # noqa: E731
+    assert n_par(model) == n_par(fisher) == 2 * cfg.n_heads
+    par = model.dynamics_parameters()
+    # (initialized in float32: 1e-6)
+    np.testing.assert_allclose(par["a"], 2.0, rtol=1e-6)
+    np.testing.assert_allclose(par["b"], 3.0, rtol=1e-6)
+    paths = fd.extract_paths(model, _pointer_problems(cfg), dtype=jnp.float64)
+    times = jnp.concatenate([jnp.zeros(1), paths.attn_t])
+    attn, _, _ = linear_score_dynamics(paths.scores, times, jnp.asarray(par["a"]),
+                                       jnp.asarray(par["b"]), model.T)
+    np.testing.assert_allclose(np.asarray(paths.attn), np.asarray(attn[1:]), rtol=0,
+                               atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------
+# fixed points: diagnostics and DEQ-style training
+
+from fisherdyn._weight_tied._fixed_point import fixed_point_report  # noqa: E402
+
+FP_TINY = LoopedConfig(n_pairs=3, dim=6, corrupt=0.0, d_model=8, n_heads=2, d_mlp=8,
+                       n_loops=3, step=1.0)
+
+
+def test_fixed_point_report_jacobian_and_spectral_radius():
+    # References: (1) central finite differences of model.loop_map (step 1e-6, float64:
+    # truncation ~1e-12 * |Phi'''|, round-off ~1e-10; agreement 1e-6 absolute); (2) the
+    # spectral radius by power iteration on the finite-difference Jacobian (geometric mean
+    # of the norm growth over 400 iterations after 200 of burn-in: ~1 % for the measured
+    # gap between the two largest moduli); (3) the residual recomputed from model.run.
+    model = _f64(init_looped(FP_TINY, jr.PRNGKey(4)))
+    probs = fd.recall_task(jr.PRNGKey(5), 2, FP_TINY.n_pairs, FP_TINY.dim, 0.0,
+                           dtype=jnp.float64)
+    rep = fixed_point_report(model, probs.tokens, n_inits=1)
+    N = 4 * FP_TINY.n_loops
+    assert rep.n_loops == N and rep.jacobian.shape[0] == 1
+    _, xs, state = model.run(probs.tokens[0], N)
+    res = np.linalg.norm(np.asarray(xs[-1] - xs[-2])) / np.linalg.norm(np.asarray(xs[-1]))
+    np.testing.assert_allclose(rep.residual[0], res, rtol=1e-10)
+    assert rep.carry_residual is None and rep.path_distance.shape == (2,)
+    e = model.embedding(probs.tokens[0])
+    flat, unravel = jax.flatten_util.ravel_pytree(state)
+    step = jax.jit(lambda f: jax.flatten_util.ravel_pytree(model.loop_map(unravel(f), e))[0])
+    h = 1e-6
+    eye = np.eye(flat.size)
+    fdj = np.stack([(np.asarray(step(flat + h * d)) - np.asarray(step(flat - h * d))) / (2 * h)
+                    for d in eye], -1)
+    np.testing.assert_allclose(rep.jacobian[0], fdj, rtol=0, atol=1e-6)
+    v = np.ones(flat.size)
+    logs = []
+    for k in range(600):
+        v = fdj @ v
+        nv = np.linalg.norm(v)
+        if k >= 200:
+            logs.append(np.log(nv))
+        v = v / nv
+    np.testing.assert_allclose(rep.spectral_radius[0], np.exp(np.mean(logs)), rtol=0.02)
+    assert np.all(np.diff(np.abs(rep.eigenvalues[0])) <= 1e-12)
+    # the attention Jacobian against finite differences of the query's attention rows
+    attn = jax.jit(lambda f: model._attend(unravel(f)[0], e, None)[3][:, -1])
+    fda = np.stack([(np.asarray(attn(flat + h * d)) - np.asarray(attn(flat - h * d))) / (2 * h)
+                    for d in eye], -1)
+    np.testing.assert_allclose(rep.attn_jacobian[0], fda, rtol=0, atol=1e-6)
+
+
+def test_deq_training_options_and_cache_key(tmp_path):
+    # References: (1) the cache key of the plain recipe is the one built before the new
+    # options (weights stored by hand under the old-format key are found and loaded, no
+    # training); (2) a fixed-point run records its loop range and penalty in the key, is
+    # deterministic, and bad loop ranges are refused.
+    import json
+
+    from fisherdyn._weight_tied._cache import cache_paths
+    from fisherdyn._weight_tied._training import TrainedLooped, _store, train_looped
+
+    kw = dict(seed=1, steps=3, batch=4, eval_batch=8, progress=False, cache_dir=tmp_path)
+    old_recipe = dict(seed=1, steps=3, batch=4, lr=3e-3, weight_decay=1e-4, loss_from=0.5,
+                      eval_batch=8)
+    w, m, blob = cache_paths(FP_TINY.fingerprint(), FP_TINY.entropy.name, old_recipe, tmp_path)
+    stored = TrainedLooped(init_looped(FP_TINY, jr.PRNGKey(0)), 0.123, np.zeros(3), 0.0, 0.0,
+                           False, str(w))
+    _store(stored, w, m, blob)
+    plain = train_looped(FP_TINY, **kw)
+    assert plain.from_cache and plain.path == str(w) and plain.accuracy == 0.123
+    deq = train_looped(FP_TINY, loops=(3, 9), residual_penalty=10.0, **kw)
+    assert not deq.from_cache and deq.path != plain.path
+    meta = json.loads(open(deq.path.replace(".eqx", ".json")).read())
+    assert meta["recipe"]["loops"] == [3, 9] and meta["recipe"]["residual_penalty"] == 10.0
+    assert np.all(np.isfinite(deq.loss_history))
+    again = train_looped(FP_TINY, loops=(3, 9), residual_penalty=10.0, use_cache=False,
+                         **{k: v for k, v in kw.items() if k != "cache_dir"})
+    np.testing.assert_array_equal(again.loss_history, deq.loss_history)
+    # a model kind is part of the weights' key too
+    fp = dataclasses.replace(FP_TINY, loop_kind="fisher", mass=0.5).fingerprint()
+    assert fp["loop_kind"] == "fisher" and fp["mass"] == 0.5 and "damping" not in fp
+    with pytest.raises(ValueError, match="loops"):
+        train_looped(FP_TINY, loops=(5, 2), **kw)
+    with pytest.raises(ValueError, match="residual_penalty"):
+        train_looped(FP_TINY, residual_penalty=1.0, **kw)
+
+
+@pytest.mark.slow
+def test_deq_training_shrinks_the_fixed_point_residual():
+    # Reference: the same tiny model trained at fixed depth. Trained over loop counts
+    # U{L..3L} with a residual penalty of 100, the relative residual at 4L must fall below
+    # 0.3x that of the fixed-depth model (measured: ~0.09 -> ~0.007) and below 0.02.
+    from fisherdyn._weight_tied._training import train_looped
+
+    kw = dict(seed=0, steps=300, batch=32, eval_batch=256, progress=False, use_cache=False)
+    L = FP_TINY.n_loops
+    probs = fd.recall_task(jr.PRNGKey(7), 16, FP_TINY.n_pairs, FP_TINY.dim, 0.0)
+    plain = train_looped(FP_TINY, **kw)
+    deq = train_looped(FP_TINY, loops=(L, 3 * L), residual_penalty=100.0, **kw)
+    r_plain = np.median(fixed_point_report(plain.model, probs.tokens).residual)
+    r_deq = np.median(fixed_point_report(deq.model, probs.tokens).residual)
+    assert r_deq < 0.3 * r_plain and r_deq < 0.02
+
+
+# ---------------------------------------------------------------------------------------
+# paths of every model kind on the pointer task
+
+
+@pytest.mark.parametrize("kind", ["transformer", "fisher", "linear"])
+def test_extract_paths_every_kind_on_pointer_task(kind):
+    # References: the readout at loop L equals the model's forward (float64, 1e-10); rows
+    # are probability vectors (1e-12); all_rows keeps the query row as the last row; the
+    # per-loop accuracy is recomputed from the logits by hand; with_loops keeps the
+    # dynamics parameters (depth per loop c/n).
+    cfg = {"fisher": FISHER_TINY, "linear": LINEAR_TINY}.get(
+        kind, dataclasses.replace(FISHER_TINY, loop_kind=kind))
+    model = _f64(init_looped(cfg, jr.PRNGKey(1)))
+    probs = _pointer_problems(cfg)
+    n = cfg.n_loops
+    rows = fd.extract_paths(model, probs, n, dtype=jnp.float64, all_rows=kind == "fisher")
+    assert rows.loop_kind == kind
+    np.testing.assert_array_equal(np.asarray(rows.chain), np.asarray(probs.chain))
+    attn = np.asarray(rows.attn)
+    assert np.all(attn >= 0)
+    np.testing.assert_allclose(attn.sum(-1), 1.0, rtol=0, atol=1e-12)
+    if kind == "fisher":  # every token's row carries its own state; the query's is last
+        assert attn.shape == (n + 1, 2, cfg.n_heads, cfg.n_ctx, cfg.n_ctx)
+        rows = dataclasses.replace(rows, attn=rows.attn[..., -1, :],
+                                   scores=rows.scores[..., -1, :])
+    assert rows.attn.shape == (n + 1, 2, cfg.n_heads, cfg.n_ctx)
+    direct = jax.vmap(model)(probs.tokens)
+    np.testing.assert_allclose(np.asarray(rows.logits[cfg.n_loops]), np.asarray(direct),
+                               rtol=0, atol=1e-10)
+    hits = np.argmax(np.asarray(rows.logits), -1) == np.asarray(probs.labels)[None]
+    np.testing.assert_allclose(np.asarray(rows.accuracy), hits.mean(-1), atol=1e-15)
+    lag = 0.0 if kind == "transformer" else model.dt
+    np.testing.assert_allclose(np.asarray(rows.attn_t), np.asarray(rows.t) + lag, atol=1e-15)
+    m2 = model.with_loops(2 * cfg.n_loops)
+    assert m2.dt == pytest.approx(model.dt / 2)
+    if kind != "transformer":
+        np.testing.assert_array_equal(np.asarray(m2.loop.raw_mass), np.asarray(model.loop.raw_mass))
+
+
+def test_fingerprint_keeps_the_keys_of_earlier_configs():
+    # Reference: the field list the cache keys were built from before the new fields; a
+    # default config hashes to the same key, a changed new field to another.
+    old = {"n_pairs", "dim", "n_classes", "corrupt", "d_model", "n_heads", "d_mlp", "n_loops",
+           "step", "entropy", "T", "dtype"}
+    assert set(LoopedConfig().fingerprint()) == old
+    for change in (dict(task="pointer"), dict(loop_kind="linear"), dict(learn_T=True),
+                   dict(substeps=2), dict(damping=2.0)):
+        assert set(dataclasses.replace(LoopedConfig(), **change).fingerprint()) > old
+
+
+def test_fisher_score_dynamics_replays_the_model():
+    # Reference: the Fisher model's recorded attention (itself checked against
+    # fd.simulate loop by loop above) from its recorded loop scores, times 0, attn_t, and
+    # the model's (m, gamma, T) per head; 1e-12 (the same arithmetic, float64).
+    from fisherdyn._weight_tied._fisher_loop import fisher_score_dynamics
+
+    cfg = FISHER_TINY
+    model = _f64(init_looped(cfg, jr.PRNGKey(1)))
+    paths = fd.extract_paths(model, _pointer_problems(cfg), dtype=jnp.float64)
+    par = model.dynamics_parameters()
+    times = jnp.concatenate([jnp.zeros(1), paths.attn_t])
+    attn, _, _ = fisher_score_dynamics(cfg.entropy, paths.scores, times,
+                                       jnp.asarray(par["mass"]), jnp.asarray(par["damping"]),
+                                       jnp.asarray(par["T"]), substeps=cfg.substeps)
+    np.testing.assert_allclose(np.asarray(attn[0]), 1 / cfg.n_ctx, atol=1e-15)
+    np.testing.assert_allclose(np.asarray(attn[1:]), np.asarray(paths.attn), rtol=0,
+                               atol=1e-12)
+
+
+def test_learnable_temperature_is_per_head_and_starts_at_the_config_T():
+    # Reference: the config's temperature (sqrt(d_head) by default) and the softplus
+    # parametrization; without learn_T the loop holds the config's T.
+    cfg = dataclasses.replace(FISHER_TINY, learn_T=True)
+    model = init_looped(cfg, jr.PRNGKey(0))
+    assert model.loop.raw_T.shape == (cfg.n_heads,)
+    np.testing.assert_allclose(model.dynamics_parameters()["T"], cfg.temperature, rtol=1e-6)
+    fixed = FisherLoop(3, 0.5, 2.0, None)
+    np.testing.assert_allclose(np.asarray(fixed.temperature(1.7)), 1.7, rtol=1e-7)
+    np.testing.assert_allclose(np.asarray(fixed.mass), 0.5, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(fixed.damping), 2.0, rtol=1e-6)
