@@ -109,3 +109,118 @@ def test_verdict_not_applicable_controls_and_names():
     with pytest.raises(ValueError, match="exactly the criteria"):
         verdict({"depth": _iv(1, 2)})
     assert len(CRITERIA) == 4 and abs(CRITERION_LEVEL - 0.9875) < 1e-12
+
+
+# --------------------------------------------------------------------------- paths
+
+import functools  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+import fisherdyn as fd  # noqa: E402
+from fisherdyn._dynamics._coordinates import SphereCoordinates  # noqa: E402
+from fisherdyn._dynamics._system import FisherSystem  # noqa: E402
+from fisherdyn._weight_tied._evidence_paths import (  # noqa: E402
+    depth_convergence,
+    mobility_regression,
+)
+
+P_, N_ = 12, 6
+_rng = np.random.default_rng(0)
+Z = _rng.normal(size=(P_, N_)) * 1.5
+R0 = _rng.dirichlet(2 * np.ones(N_), size=P_)
+UNITS = np.arange(P_) % 4  # four "trained models" of three problems each
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _euler_paths(x0, z, h, n):
+    """Explicit Euler at step h of the overdamped vector field simulate integrates (the
+    sphere chart's), n steps, t = 0 included: a first-order scheme."""
+    sys = FisherSystem(fd.Shannon(), z, jnp.asarray(1.0), jnp.asarray(1.0), jnp.asarray(1.0))
+    field = SphereCoordinates().overdamped_field
+
+    def step(x, _):
+        x = x + h * field(0.0, x, sys)
+        return x, x**2 / jnp.sum(x**2)
+
+    return jnp.concatenate([x0[None] ** 2, jax.lax.scan(step, x0, None, length=n)[1]])
+
+
+def test_depth_convergence_controls():
+    """Euler paths of the library's flow at steps 2/8, 2/16, 2/32: ratio 2 for a
+    first-order scheme (within [1.8, 2.4], interval included; the O(h) term dominates at
+    these steps); independent random walks per loop count: no convergence, the interval
+    lies in the NO region (<= 1.2)."""
+    paths = [np.asarray(jax.vmap(_euler_paths, (0, 0, None, None))(
+        jnp.sqrt(jnp.asarray(R0)), jnp.asarray(Z), 2.0 / n, n)) for n in (8, 16, 32)]
+    dc = depth_convergence(*paths, units=UNITS)
+    assert 1.8 <= dc.ratio.low <= dc.ratio.estimate <= dc.ratio.high <= 2.4
+    assert abs(dc.order - 1) < 0.2 and dc.gap_L_2L > dc.gap_2L_4L > 0
+    assert CRITERIA[0].decide(dc.ratio) == YES
+    # without t = 0 on the grids: the same numbers
+    dc0 = depth_convergence(*(p[:, 1:] for p in paths), units=UNITS)
+    np.testing.assert_allclose(dc0.ratio.estimate, dc.ratio.estimate, rtol=1e-12)
+    rng = np.random.default_rng(5)
+    walks = [np.asarray(jax.nn.softmax(jnp.cumsum(0.3 * jnp.asarray(
+        rng.normal(size=(P_, n + 1, N_))), 1), -1)) for n in (8, 16, 32)]
+    bad = depth_convergence(*walks, units=UNITS)
+    assert bad.ratio.high <= 1.2 and CRITERIA[0].decide(bad.ratio) == NO
+    with pytest.raises(ValueError, match="loops"):
+        depth_convergence(paths[0], paths[0], paths[2])
+
+
+FAMS = {"shannon": fd.Shannon(), "tsallis": fd.Tsallis(1.5), "kaniadakis": fd.Kaniadakis(0.3)}
+TS = np.linspace(0.0, 3.0, 13)
+
+
+@functools.cache
+def _flow_paths(name):
+    """Overdamped Fisher flow of one family (T = 1, gamma = 1.3) at 13 loop times."""
+    tr = fd.simulate(FAMS[name], Z, 1.0, mass=0.0, damping=1.3, rho0=R0, t1=3.0,
+                     saveat=TS, rtol=1e-10, atol=1e-12)
+    return np.asarray(tr.rho)
+
+
+@pytest.mark.parametrize("name", ["tsallis", "kaniadakis"])
+def test_mobility_own_family_slope_one(name):
+    """Paths of family F's flow regressed with F's mobility: slope 1 to 3%, the interval
+    within [0.9, 1.1] (each rate is a finite difference over a step of 0.25 relaxation
+    times, an O(h^2) bias of about 1% for Kaniadakis' stiff small weights, which a tight
+    interval may exclude 1 by), and the intercept recovers gamma = 1.3 to 10%."""
+    mr = mobility_regression(_flow_paths(name), TS, Z, FAMS[name], 1.0, units=UNITS)
+    s = mr.slope
+    assert abs(s.estimate - 1) < 0.03 and 0.9 <= s.low and s.high <= 1.1
+    assert abs(mr.damping / 1.3 - 1) < 0.1 and mr.n_points > 300
+    assert CRITERIA[1].decide(s) == YES
+
+
+@pytest.mark.parametrize("paths, family, how", [
+    ("shannon", "tsallis", "rho*"), ("shannon", "kaniadakis", "rho*"), ("linear", "tsallis", "z*"),
+    ("linear", "kaniadakis", "z*")])
+def test_mobility_wrong_mobility_slope_near_zero(paths, family, how):
+    """A mobility that ignores F: Shannon's Fisher flow read in F's scores (target: its
+    own fixed point, of full support), and a linear relaxation z(t) = z* + (z0 - z*)e^{-t}
+    of F's scores pushed through F's stationary law. Both predict a rate that does not grow
+    with rho G'(rho): the slope interval lies below 0.5 (NO region), far from 1."""
+    e = FAMS[family]
+    if paths == "shannon":
+        rho = _flow_paths("shannon")
+        target = dict(target_scores=None, target_rho=np.asarray(fd.stationary(fd.Shannon(), Z)))
+    else:
+        z0 = np.asarray(e.G(R0))
+        zt = Z[:, None] + (z0 - Z)[:, None] * np.exp(-TS)[None, :, None]
+        rho = np.asarray(fd.stationary(e, zt, 1.0))
+        target = dict(target_scores=Z)
+    mr = mobility_regression(rho, TS, entropy=e, T=1.0, units=UNITS, **target)
+    assert mr.slope.high <= 0.5 and CRITERIA[1].decide(mr.slope) == NO
+
+
+def test_mobility_shannon_has_no_regressor():
+    """Shannon's rho G'(rho) = 1: the slope is undefined (NaN) and the criterion cannot
+    say YES or NO; a sparse target_rho is refused."""
+    mr = mobility_regression(_flow_paths("shannon"), TS, Z, fd.Shannon(), 1.0, units=UNITS)
+    assert np.isnan(mr.slope.estimate) and CRITERIA[1].decide(mr.slope) == INCONCLUSIVE
+    with pytest.raises(ValueError, match="sparse"):
+        mobility_regression(_flow_paths("tsallis"), TS, None, FAMS["tsallis"],
+                            target_rho=np.asarray(fd.stationary(FAMS["tsallis"], Z)))
