@@ -224,3 +224,80 @@ def test_mobility_shannon_has_no_regressor():
     with pytest.raises(ValueError, match="sparse"):
         mobility_regression(_flow_paths("tsallis"), TS, None, FAMS["tsallis"],
                             target_rho=np.asarray(fd.stationary(FAMS["tsallis"], Z)))
+
+
+# --------------------------------------------------------------------------- linear response
+
+from fisherdyn._dynamics._system import tangent_basis  # noqa: E402
+from fisherdyn._weight_tied._evidence_response import linear_response  # noqa: E402
+
+ZR = np.array([1.0, 0.3, -0.5, 0.2, -1.1])
+QR = np.asarray(tangent_basis(jnp.ones(5) / np.sqrt(5)))  # orthonormal, sum-zero columns
+
+
+def _step_jacobian(entropy, m, gamma, h, eps=1e-5):
+    """The Jacobian of simulate's step map over time h at the fixed point, by central
+    differences in coordinates (a, b) of the tangent space, rho = rho* + Q a,
+    rho_dot = Q b (just a for m = 0); all perturbed starts in one batched solve at rtol
+    1e-12, so the Jacobian is exact to ~1e-7."""
+    rs = np.asarray(fd.stationary(entropy, ZR, 1.0))
+    n = len(ZR) - 1
+    D = n if m == 0 else 2 * n
+    dirs = np.concatenate([np.eye(D), -np.eye(D)]) * eps
+    r0 = rs + dirs[:, :n] @ QR.T
+    kw = {} if m == 0 else dict(velocity0=dirs[:, n:] @ QR.T)
+    tr = fd.simulate(entropy, np.broadcast_to(ZR, r0.shape), 1.0, mass=m, damping=gamma,
+                     rho0=r0, t1=h, saveat=np.array([h]), rtol=1e-12, atol=1e-14,
+                     solver="dopri8", **kw)
+    out = (np.asarray(tr.rho_final) - rs) @ QR
+    if m:
+        out = np.concatenate([out, np.asarray(tr.rho_dot_final) @ QR], -1)
+    R = QR if m == 0 else np.concatenate([QR, np.zeros((len(ZR), n))], 1)
+    return ((out[:D] - out[D:]) / (2 * eps)).T, rs, R
+
+
+def test_linear_response_of_the_library_step_map():
+    """Kaniadakis 0.3 at m = 1, gamma = 2: two over-damped and two under-damped modes.
+    (m, gamma) fitted on the slowest mode come back to 1e-6 and every other rate and regime
+    is predicted to 1e-6 relative (the finite-difference Jacobian is exact to ~1e-7), far
+    inside the 20% criterion."""
+    e = fd.Kaniadakis(0.3)
+    regimes = np.asarray(fd.relaxation_spectrum(e, ZR, 1.0, mass=1.0, damping=2.0).regime)
+    assert set(regimes.tolist()) == {fd.UNDERDAMPED, fd.OVERDAMPED}
+    J, rs, R = _step_jacobian(e, 1.0, 2.0, 0.25)
+    lr = linear_response(J, rs, e, 1.0, step=0.25, readout=R)
+    assert abs(lr.mass - 1) < 1e-6 and abs(lr.damping - 2) < 1e-6
+    assert lr.max_error < 1e-6 and lr.within_20 and lr.n_unmatched == 0
+    assert np.all(lr.regime_match) and len(lr.measured) == 8
+    assert CRITERIA[2].decide(Interval(lr.max_error, 0.0, lr.max_error, 0.99, 4,
+                                       np.zeros(1))) == YES
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, m, gamma", [("shannon", 1.0, 0.3), ("kaniadakis", 0.0, 1.0),
+                                            ("tsallis", 0.3, 1.0)])
+def test_linear_response_more_regimes(name, m, gamma):
+    """Shannon under-damped (one stiffness T: all modes share rate and frequency), the
+    first-order map of the overdamped flow (m = 0 fitted), Tsallis 0.7 spread spectrum:
+    errors below 1e-6."""
+    e = {"shannon": fd.Shannon(), "kaniadakis": fd.Kaniadakis(0.3),
+         "tsallis": fd.Tsallis(0.7)}[name]
+    J, rs, R = _step_jacobian(e, m, gamma, 0.25)
+    lr = linear_response(J, rs, e, 1.0, step=0.25, readout=R)
+    assert abs(lr.mass - m) < 1e-6 and abs(lr.damping - gamma) < 1e-6
+    assert lr.max_error < 1e-6 and lr.n_unmatched == 0
+    if name == "shannon":
+        np.testing.assert_allclose(lr.omega2, 1.0, rtol=1e-10)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_linear_response_random_contraction_fails(seed):
+    """Random contractions (spectral radius 0.9) on the same state spaces: their rates are
+    not those of any (m, gamma) of the family, the error exceeds the 20% criterion."""
+    rho = np.asarray(fd.stationary(fd.Kaniadakis(0.3), ZR, 1.0))
+    rng = np.random.default_rng(seed)
+    for D, R in [(4, QR), (8, np.concatenate([QR, np.zeros((5, 4))], 1))]:
+        A = rng.normal(size=(D, D))
+        A *= 0.9 / np.max(np.abs(np.linalg.eigvals(A)))
+        lr = linear_response(A, rho, fd.Kaniadakis(0.3), 1.0, step=0.25, readout=R)
+        assert lr.max_error > 0.2 and not lr.within_20
