@@ -301,3 +301,66 @@ def test_linear_response_random_contraction_fails(seed):
         A *= 0.9 / np.max(np.abs(np.linalg.eigvals(A)))
         lr = linear_response(A, rho, fd.Kaniadakis(0.3), 1.0, step=0.25, readout=R)
         assert lr.max_error > 0.2 and not lr.within_20
+
+
+# --------------------------------------------------------------------------- held-out
+
+from fisherdyn._weight_tied._evidence_heldout import (  # noqa: E402
+    _companion_flow,
+    _linear_paths,
+    heldout_prediction,
+)
+
+TH = np.arange(13) * 0.5
+TRAIN = np.arange(P_) < 6  # 6 fitting, 6 held-out problems (two per unit)
+
+
+def test_companion_flow_matches_expm():
+    """The closed-form flow of u'' + b u' + a u = 0 against scipy's matrix exponential of
+    the companion matrix, under-, over- and (nearly) critically damped: 1e-13."""
+    from scipy.linalg import expm
+
+    for a, b in [(2.0, 1.0), (0.25, 1.0), (0.25 + 1e-7, 1.0), (0.1, 3.0)]:
+        for t in (0.0, 0.5, 3.0):
+            E = expm(np.array([[0.0, 1.0], [-a, -b]]) * t)
+            p = _companion_flow(jnp.asarray(a), jnp.asarray(b), jnp.asarray(t))
+            np.testing.assert_allclose(np.asarray(p), E[0], rtol=0, atol=1e-13)
+
+
+def test_heldout_refuses_bad_splits():
+    """Splits that leave nothing to fit or predict are refused before any compilation."""
+    paths = np.full((4, 6, 3), 1 / 3)
+    for kw in [dict(train=np.ones(4, bool), n_early=3), dict(train=np.arange(4) < 2, n_early=6),
+               dict(train=np.arange(4) < 2, n_early=2)]:
+        with pytest.raises(ValueError):
+            heldout_prediction(paths, np.arange(6.0), np.zeros((4, 3)), fd.Shannon(), **kw)
+
+
+@pytest.mark.slow
+def test_heldout_fisher_paths_prefer_fisher():
+    """Paths of simulate (Kaniadakis 0.3, m = 0.5, gamma = 1, T = 0.8, zero initial
+    velocity): the shared-parameter Fisher fit recovers (m, gamma, T) to 1e-4 (the data are
+    exact), predicts the held-out problems' later loops best, and its ratio to the best
+    baseline lies in the YES region (<= 0.9)."""
+    e = fd.Kaniadakis(0.3)
+    tr = fd.simulate(e, Z, 0.8, mass=0.5, damping=1.0, rho0=R0, t1=TH[-1], saveat=TH,
+                     rtol=1e-10, atol=1e-12)
+    hp = heldout_prediction(np.asarray(tr.rho), TH, Z, e, train=TRAIN, n_early=6, units=UNITS)
+    np.testing.assert_allclose(hp.fisher_params, (0.5, 1.0, 0.8), rtol=1e-4)
+    assert hp.best == "fisher" and hp.rms["fisher"].high < 1e-4
+    assert hp.ratio.high <= 0.9 and CRITERIA[3].decide(hp.ratio) == YES
+    assert hp.rms["linear"].estimate > 10 * hp.rms["fisher"].estimate
+
+
+@pytest.mark.slow
+def test_heldout_linear_paths_prefer_linear():
+    """Paths of the linear score-space baseline (a = 2, b = 1, T = 0.8, softmax readout):
+    the baseline recovers its parameters to 1e-4 and wins; the Fisher ratio lies in the NO
+    region (>= 1)."""
+    lin, _ = _linear_paths(jnp.log(jnp.array([2.0, 1.0, 0.8])), fd.Shannon(), jnp.asarray(Z),
+                           jnp.asarray(R0), jnp.zeros((P_, N_)), jnp.asarray(TH), "softmax")
+    hp = heldout_prediction(np.asarray(lin), TH, Z, fd.Shannon(), train=TRAIN, n_early=6,
+                            units=UNITS)
+    np.testing.assert_allclose(hp.linear_params, (2.0, 1.0, 0.8), rtol=1e-4)
+    assert hp.best == "linear" and hp.ratio.low >= 1.0
+    assert CRITERIA[3].decide(hp.ratio) == NO

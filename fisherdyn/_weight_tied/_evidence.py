@@ -92,7 +92,8 @@ class Interval(eqx.Module):
             return float(upper)
         if alternative == "two-sided":
             return float(min(1.0, 2 * min(lower, upper)))
-        raise ValueError(f"alternative must be 'greater', 'less' or 'two-sided', got {alternative!r}")
+        raise ValueError(
+            f"alternative must be 'greater', 'less' or 'two-sided', got {alternative!r}")
 
 
 def _nanmean(a):

@@ -226,7 +226,8 @@ def mobility_regression(
     zs = np.broadcast_to(zs, (P, N))[:, None, :]
     d = zs - z
     delta = d - np.sum(rho * d, -1, keepdims=True)
-    rate = np.diff(z, axis=1) / np.diff(t, axis=1)[..., None] / (0.5 * (delta[:, 1:] + delta[:, :-1]))
+    dzdt = np.diff(z, axis=1) / np.diff(t, axis=1)[..., None]
+    rate = dzdt / (0.5 * (delta[:, 1:] + delta[:, :-1]))
     mid = 0.5 * (safe[:, 1:] + safe[:, :-1])
     x = np.log(T * mid * np.asarray(entropy.G_prime(mid)))
     scale = np.max(np.abs(delta[:, 0]), -1)[:, None, None]
