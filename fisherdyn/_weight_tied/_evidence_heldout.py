@@ -129,25 +129,44 @@ def _linear_paths(logp, entropy, scores, rho0, dz0_unit, ts, readout):
     return stationary(entropy, z, T), ok
 
 
-def _fit(paths_fn, guesses, target, lm_steps):
-    """The best Levenberg-Marquardt fit over `guesses` (vmapped in one program):
-    (log-parameters, loss)."""
+def _model_paths(kind, logp, entropy, scores, rho0, init_vel, ts, max_steps, readout):
+    """The paths of one fitted model (`kind` "fisher" or "linear") and their success."""
+    if kind == "fisher":
+        return _fisher_paths(logp, entropy, scores, rho0, init_vel, ts, max_steps)
+    return _linear_paths(logp, entropy, scores, rho0, init_vel, ts, readout)
+
+
+_STATIC = ("kind", "lm_steps", "max_steps", "readout")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC, **_FAST_COMPILE)
+def _fit_program(guesses, entropy, scores, rho0, init_vel, ts, target, *, kind, lm_steps,
+                 max_steps, readout):
+    """Levenberg-Marquardt from every guess (vmapped): (log-parameters, losses). The data
+    are arguments, so one compiled program serves every head of the same shapes."""
     solver = optx.LevenbergMarquardt(rtol=1e-8, atol=1e-8)
 
     def residuals(logp, _):
-        rho, ok = paths_fn(logp)
+        rho, ok = _model_paths(kind, logp, entropy, scores, rho0, init_vel, ts, max_steps,
+                               readout)
         r = 2 * (jnp.sqrt(rho) - jnp.sqrt(target))
         return jnp.where(ok[:, None, None], r, jnp.pi).reshape(-1)
 
-    @functools.partial(jax.jit, **_FAST_COMPILE)
-    def run(g):
-        def one(g0):
-            sol = optx.least_squares(residuals, solver, g0, max_steps=lm_steps, throw=False)
-            return sol.value, jnp.sum(residuals(sol.value, None) ** 2)
+    def one(g0):
+        sol = optx.least_squares(residuals, solver, g0, max_steps=lm_steps, throw=False)
+        return sol.value, jnp.sum(residuals(sol.value, None) ** 2)
 
-        return jax.vmap(one)(g)
+    return jax.vmap(one)(guesses)
 
-    values, losses = run(jnp.asarray(guesses, jnp.float64))
+
+@functools.partial(jax.jit, static_argnames=("max_steps", "readout"), **_FAST_COMPILE)
+def _predict_program(pf, pl, entropy, scores, rho0, v0, dz0, ts, *, max_steps, readout):
+    """Both fitted models' paths of every problem at the times `ts`."""
+    f = _fisher_paths(pf, entropy, scores, rho0, v0, ts, max_steps)[0]
+    return f, _linear_paths(pl, entropy, scores, rho0, dz0, ts, readout)[0]
+
+
+def _best(values, losses):
     losses = np.where(np.isfinite(np.asarray(losses)), np.asarray(losses), np.inf)
     j = int(np.argmin(losses))
     return values[j], float(losses[j])
@@ -224,14 +243,8 @@ def _heldout(paths, times, scores, entropy, train, n_early, velocity, units, lin
     dz0 = (jnp.zeros_like(v0) if velocity == "zero"
            else (G(rho_j[:, 1]) - G(rho_j[:, 0])) / (t_j[1] - t_j[0]))  # per unit T
     tr_idx = np.flatnonzero(train)
-
-    def fisher(logp, idx, ts):
-        return _fisher_paths(logp, entropy, s_j[idx], rho_j[idx, 0], v0[idx], ts, max_steps)
-
-    def linear(logp, idx, ts):
-        return _linear_paths(logp, entropy, s_j[idx], rho_j[idx, 0], dz0[idx], ts,
-                             linear_readout)
-
+    entropy = jax.tree_util.tree_map(
+        lambda x: jnp.asarray(x, jnp.float64) if isinstance(x, (int, float)) else x, entropy)
     span = t[n_early - 1] - t[0]
     sigma = max(float(np.std(s)), 1e-3)
     if guesses is None:
@@ -240,15 +253,15 @@ def _heldout(paths, times, scores, entropy, train, n_early, velocity, units, lin
     if linear_guesses is None:
         linear_guesses = [[np.log(a / span**2), np.log(b / span), np.log(sigma)]
                           for a, b in ((1.0, 1.0), (10.0, 3.0), (3.0, 10.0))]
-    early = jnp.asarray(t[:n_early])
-    target = jnp.asarray(rho[tr_idx, :n_early])
-    pf, loss_f = _fit(lambda p: fisher(p, tr_idx, early), guesses, target, lm_steps)
-    pl, loss_l = _fit(lambda p: linear(p, tr_idx, early), linear_guesses, target, lm_steps)
-
-    all_idx = np.arange(P)
-    predict = jax.jit(lambda pf, pl: (fisher(pf, all_idx, t_j)[0], linear(pl, all_idx, t_j)[0]),
-                      **_FAST_COMPILE)
-    pred_f, pred_l = predict(pf, pl)
+    early, target = jnp.asarray(t[:n_early]), jnp.asarray(rho[tr_idx, :n_early])
+    common = (entropy, s_j[tr_idx], rho_j[tr_idx, 0])
+    static = dict(lm_steps=int(lm_steps), max_steps=int(max_steps), readout=linear_readout)
+    pf, loss_f = _best(*_fit_program(jnp.asarray(guesses, jnp.float64), *common, v0[tr_idx],
+                                     early, target, kind="fisher", **static))
+    pl, loss_l = _best(*_fit_program(jnp.asarray(linear_guesses, jnp.float64), *common,
+                                     dz0[tr_idx], early, target, kind="linear", **static))
+    pred_f, pred_l = _predict_program(pf, pl, entropy, s_j, rho_j[:, 0], v0, dz0, t_j,
+                                      max_steps=int(max_steps), readout=linear_readout)
     preds = {"fisher": np.asarray(pred_f), "linear": np.asarray(pred_l)}
     last, prev = rho[:, n_early - 1], rho[:, n_early - 2]
     const = np.array(rho)
