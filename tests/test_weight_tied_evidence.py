@@ -271,6 +271,13 @@ def test_linear_response_of_the_library_step_map():
     assert np.all(lr.regime_match) and len(lr.measured) == 8
     assert CRITERIA[2].decide(Interval(lr.max_error, 0.0, lr.max_error, 0.99, 4,
                                        np.zeros(1))) == YES
+    # the same map in attention coordinates (rho, rho_dot), D = 2N: the directions off the
+    # simplex are annihilated (eigenvalue 0, left out) and nothing changes
+    B = np.kron(np.eye(2), QR)
+    att = linear_response(B @ J @ B.T, rs, e, 1.0, step=0.25,
+                          readout=np.concatenate([np.eye(5), np.zeros((5, 5))], 1))
+    np.testing.assert_allclose(att.measured, lr.measured, rtol=1e-9)
+    assert att.max_error < 1e-6 and att.n_unmatched == 0
 
 
 @pytest.mark.slow

@@ -77,6 +77,7 @@ def linear_response(
     scores: Float[ArrayLike, " N"] | None = None,
     first_order: bool | None = None,
     attention_tol: float = 1e-3,
+    min_eigenvalue: float = 1e-6,
     degenerate_rtol: float = 1e-6,
 ) -> LinearResponse:
     """Compare a loop map's linear response at its fixed point with the Fisher spectrum.
@@ -100,6 +101,9 @@ def linear_response(
       eigenspace), else first order.
     - `attention_tol`: eigenvectors whose tangent attention component is below this
       fraction of the largest one are left out (modes of the rest of the state).
+    - `min_eigenvalue`: eigenvalues below this fraction of the largest modulus are left out
+      (a mode that decays by that much in one loop is not observable; the directions off
+      the simplex, which a map onto attention annihilates, land here).
     - `degenerate_rtol`: stiffnesses this close count as one eigenspace.
 
     **Returns:** a `LinearResponse`.
@@ -124,7 +128,8 @@ def linear_response(
     dx = (R @ V) / (2 * x[:, None])  # sphere-chart tangent vector of each eigenvector
     dx = dx - np.outer(x, x @ dx)
     size = np.linalg.norm(dx, axis=0) / np.linalg.norm(V, axis=0)
-    keep = (np.abs(lam) > 1e-12 * np.max(np.abs(lam))) & (size > attention_tol * size.max())
+    keep = ((np.abs(lam) > min_eigenvalue * np.max(np.abs(lam)))
+            & (size > attention_tol * size.max()))
     lam, dx = lam[keep], dx[:, keep] / np.linalg.norm(dx[:, keep], axis=0)
     s = np.log(lam.astype(complex)) / step
     order = np.argsort(-s.real, kind="stable")
