@@ -181,7 +181,7 @@ def heldout_prediction(
     train: Bool[ArrayLike, " P"],
     n_early: int,
     velocity: str = "zero",
-    units=None,
+    units: ArrayLike | None = None,
     linear_readout: str = "softmax",
     guesses: Float[ArrayLike, "G 3"] | None = None,
     linear_guesses: Float[ArrayLike, "G 3"] | None = None,
