@@ -371,3 +371,28 @@ def test_heldout_linear_paths_prefer_linear():
     np.testing.assert_allclose(hp.linear_params, (2.0, 1.0, 0.8), rtol=1e-4)
     assert hp.best == "linear" and hp.ratio.low >= 1.0
     assert CRITERIA[3].decide(hp.ratio) == NO
+
+
+@pytest.mark.slow
+def test_linear_response_sparse_fixed_point():
+    """Tsallis 1.5 with a sparse fixed point: the step map of simulate on the support
+    (perturbations that keep the zeros at zero; the sphere chart keeps x_i = 0 invariant)
+    is predicted from the modes of the support to 1e-6."""
+    e, z = fd.Tsallis(1.5), np.array([1.0, 0.8, 0.3, -1.5, -2.0])
+    rs = np.asarray(fd.stationary(e, z, 1.0))
+    act = rs > 0
+    assert 2 < act.sum() < 5
+    Qs = np.zeros((5, act.sum() - 1))
+    Qs[act] = np.asarray(tangent_basis(jnp.ones(act.sum()) / np.sqrt(act.sum())))
+    n, eps, h = Qs.shape[1], 1e-5, 0.25
+    dirs = np.concatenate([np.eye(2 * n), -np.eye(2 * n)]) * eps
+    tr = fd.simulate(e, np.broadcast_to(z, (4 * n, 5)), 1.0, mass=1.0, damping=1.5,
+                     rho0=rs + dirs[:, :n] @ Qs.T, velocity0=dirs[:, n:] @ Qs.T, t1=h,
+                     saveat=np.array([h]), rtol=1e-12, atol=1e-14, solver="dopri8")
+    out = np.concatenate([(np.asarray(tr.rho_final) - rs) @ Qs,
+                          np.asarray(tr.rho_dot_final) @ Qs], -1)
+    J = ((out[:2 * n] - out[2 * n:]) / (2 * eps)).T
+    lr = linear_response(J, rs, e, 1.0, step=h,
+                         readout=np.concatenate([Qs, np.zeros((5, n))], 1), scores=z)
+    assert abs(lr.mass - 1) < 1e-6 and abs(lr.damping - 1.5) < 1e-6
+    assert lr.max_error < 1e-6 and lr.n_unmatched == 0 and len(lr.omega2) == n

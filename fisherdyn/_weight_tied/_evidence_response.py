@@ -35,7 +35,7 @@ class LinearResponse(eqx.Module):
       attention component, slowest first (complex); `predicted`: the matched prediction
       of each (NaN where no predicted root was left); `errors`: $|s - \\hat s|/|\\hat s|$
       per measured rate, 1 where the damping regime differs, NaN for the fitted mode.
-    - `omega2`: the predicted stiffnesses (softest first); `regime_match`: per measured
+    - `omega2`: the predicted stiffnesses on the support (softest first); `regime_match`: per measured
       rate, whether under-/over-damping agrees with the prediction.
     - `max_error`: the largest error over the non-fitted rates (the statistic of the
       `linear_response` criterion); `within_20`: `max_error <= 0.2`.
@@ -79,6 +79,7 @@ def linear_response(
     attention_tol: float = 1e-3,
     min_eigenvalue: float = 1e-6,
     degenerate_rtol: float = 1e-6,
+    support_tol: float = 1e-12,
 ) -> LinearResponse:
     """Compare a loop map's linear response at its fixed point with the Fisher spectrum.
 
@@ -86,7 +87,10 @@ def linear_response(
 
     - `jacobian`: $J = \\partial\\Phi/\\partial s$ at the fixed point, `(D, D)`, of a map on a
       state $s$ from which the attention is linear to first order, $\\delta\\rho = R\\,\\delta s$.
-    - `rho_star`: the fixed point's attention `(N,)`, of full support.
+    - `rho_star`: the fixed point's attention `(N,)`. Of a sparse one only the support
+      (weights above `support_tol`) enters: the modes are those of the attention restricted
+      to it, and the rows of the readout off the support are ignored (a cutoff family's
+      zeros stay zero to first order).
     - `entropy`, `T`: the hypothesised family and temperature (the stiffnesses
       $\\omega_k^2$ of `relaxation_spectrum` at $\\rho^*$).
     - `step`: the loop's time step $h$ ($c/L$); rates are $\\log(\\lambda)/h$ (principal
@@ -115,9 +119,15 @@ def linear_response(
     if J.ndim != 2 or J.shape[0] != J.shape[1] or R.shape != (N, J.shape[0]):
         raise ValueError(f"need a square jacobian (D, D) and readout (N, D); got {J.shape}, "
                          f"{R.shape}")
-    if np.any(rho <= 0):
-        raise ValueError("rho_star must have full support")
-    z = T * np.asarray(entropy.G(rho)) if scores is None else np.asarray(scores, np.float64)
+    # a sparse fixed point: the modes live on its support (the boundary modes of the
+    # zeros are second order in the attention, rho = x^2, and not observable in it)
+    active = rho > support_tol
+    if active.sum() < 2:
+        raise ValueError("rho_star needs at least 2 keys above support_tol")
+    rho = rho[active] / rho[active].sum()
+    R = R[active]
+    z = (T * np.asarray(entropy.G(rho)) if scores is None
+         else np.asarray(scores, np.float64)[active])
     sp = relaxation_spectrum(entropy, jnp.asarray(z), T, mass=1.0, damping=1.0,
                              rho=jnp.asarray(rho))
     omega2, modes = np.asarray(sp.omega2), np.asarray(sp.modes)
