@@ -111,6 +111,25 @@ def test_verdict_not_applicable_controls_and_names():
     assert len(CRITERIA) == 4 and abs(CRITERION_LEVEL - 0.9875) < 1e-12
 
 
+def test_verdict_reports_holm_corrected_pvalues():
+    """Replicates far on the YES side give p = 1/(B+1) before correction and k/(B+1)
+    after Holm (k = 4 applicable criteria, all equal); a criterion whose replicates sit on
+    the NO side has p = 1; N/A has NaN and shrinks k."""
+    B = 999
+    far = {"depth_convergence": 2.0, "mobility_slope": 1.0, "linear_response": 0.05,
+           "heldout": 0.5}
+    ivs = {k: Interval(v, v, v, CRITERION_LEVEL, 4, np.full(B, v)) for k, v in far.items()}
+    v = verdict(ivs)
+    assert all(abs(p - 1 / (B + 1)) < 1e-15 for p in v.pvalues.values())
+    assert all(abs(p - 4 / (B + 1)) < 1e-15 for p in v.holm_pvalues.values())
+    bad = dict(ivs, heldout=Interval(1.2, 1.2, 1.2, CRITERION_LEVEL, 4, np.full(B, 1.2)))
+    assert verdict(bad).pvalues["heldout"] == 1.0
+    na = verdict(dict(ivs, mobility_slope=None))
+    assert np.isnan(na.pvalues["mobility_slope"])
+    assert abs(na.holm_pvalues["depth_convergence"] - 3 / (B + 1)) < 1e-15
+    assert "p_holm" in na.table()
+
+
 # --------------------------------------------------------------------------- paths
 
 import functools  # noqa: E402

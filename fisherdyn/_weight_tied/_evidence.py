@@ -11,7 +11,9 @@ that a criterion below reads.
 says YES when the whole bootstrap interval lies in its YES region, NO when the whole
 interval lies in its NO region, and INCONCLUSIVE otherwise (the point estimate never
 decides). The intervals are taken at `CRITERION_LEVEL` $= 1 - 0.05/4$, so that the four
-criteria hold jointly at 95% (Bonferroni; `holm` is the step-down version for p-values).
+criteria hold jointly at 95% (Bonferroni). Alongside, the verdict reports each criterion's
+bootstrap p-value of the null "the statistic is on the NO side of its threshold"
+(`Criterion.null`), Holm-corrected across the criteria (`holm`).
 
 1. `depth_convergence`: $r = \\mathrm{gap}(L, 2L)/\\mathrm{gap}(2L, 4L)$, the Fisher-Rao
    rms gap of paths run at L, 2L, 4L loops compared at equal $t$ (step $c/n$). First-order
@@ -171,12 +173,16 @@ def holm(pvalues: Float[ArrayLike, " k"], alpha: float = 0.05) -> tuple[np.ndarr
 class Criterion(eqx.Module):
     """A pre-registered criterion: YES / NO regions of one statistic (closed intervals,
     `±inf` allowed). YES when the interval lies inside one YES region, NO when inside one
-    NO region, else INCONCLUSIVE."""
+    NO region, else INCONCLUSIVE. `null`, `alternative`: the one-sided null hypothesis
+    "the statistic is on the NO side of `null`" whose bootstrap p-value (`Interval.pvalue`)
+    the verdict reports, Holm-corrected across the criteria."""
 
     name: str
     statistic: str
     yes: tuple[tuple[float, float], ...]
     no: tuple[tuple[float, float], ...]
+    null: float
+    alternative: str
 
     def decide(self, interval: Interval | None) -> str:
         if interval is None:
@@ -194,13 +200,14 @@ class Criterion(eqx.Module):
 
 _INF = float("inf")
 CRITERIA: tuple[Criterion, ...] = (
-    Criterion("depth_convergence", "gap(L,2L) / gap(2L,4L)", ((1.5, _INF),), ((-_INF, 1.2),)),
+    Criterion("depth_convergence", "gap(L,2L) / gap(2L,4L)", ((1.5, _INF),), ((-_INF, 1.2),),
+              1.2, "greater"),
     Criterion("mobility_slope", "slope of log rate on log(T rho G'(rho))", ((0.75, 1.25),),
-              ((-_INF, 0.5), (1.5, _INF))),
+              ((-_INF, 0.5), (1.5, _INF)), 0.5, "greater"),
     Criterion("linear_response", "max relative error of predicted mode rates", ((0.0, 0.2),),
-              ((0.3, _INF),)),
+              ((0.3, _INF),), 0.3, "less"),
     Criterion("heldout", "held-out rms: Fisher / best baseline", ((0.0, 0.9),),
-              ((1.0, _INF),)),
+              ((1.0, _INF),), 1.0, "less"),
 )
 CRITERION_LEVEL = 1 - 0.05 / len(CRITERIA)
 
@@ -209,13 +216,18 @@ class Verdict(eqx.Module):
     """Per-criterion decisions and the overall answer.
 
     **Fields:** `overall` (YES / NO / INCONCLUSIVE), `decisions` (criterion name -> YES /
-    NO / INCONCLUSIVE / N/A), `intervals` (name -> `Interval` or None), `controls_ok`.
+    NO / INCONCLUSIVE / N/A), `intervals` (name -> `Interval` or None), `controls_ok`,
+    `pvalues` (name -> bootstrap p-value of the criterion's null, NaN where N/A) and
+    `holm_pvalues` (the same, Holm-corrected across the applicable criteria). The
+    p-values are reported alongside; the decisions read the intervals only.
     """
 
     overall: str
     decisions: dict
     intervals: dict
     controls_ok: bool
+    pvalues: dict
+    holm_pvalues: dict
 
     def table(self) -> str:
         """The verdict as a small text table (criterion, interval, decision)."""
@@ -223,7 +235,8 @@ class Verdict(eqx.Module):
         for name, dec in self.decisions.items():
             iv = self.intervals.get(name)
             span = "-" if iv is None else f"{iv.estimate:.3g} [{iv.low:.3g}, {iv.high:.3g}]"
-            rows.append(f"{name:<20} {span:<30} {dec}")
+            p = self.holm_pvalues.get(name, float("nan"))
+            rows.append(f"{name:<20} {span:<30} {dec:<13} p_holm={p:.3g}")
         rows.append(f"{'overall':<20} {'':<30} {self.overall}"
                     + ("" if self.controls_ok else " (controls failed)"))
         return "\n".join(rows)
@@ -266,4 +279,8 @@ def verdict(
         overall = INCONCLUSIVE
     if not controls_ok:
         overall = INCONCLUSIVE
-    return Verdict(overall, decisions, dict(intervals), bool(controls_ok))
+    pv = {c.name: (float("nan") if intervals[c.name] is None
+                   else intervals[c.name].pvalue(c.null, c.alternative)) for c in criteria}
+    adj, _ = holm([pv[n] for n in names])
+    return Verdict(overall, decisions, dict(intervals), bool(controls_ok), pv,
+                   dict(zip(names, (float(a) for a in adj))))
