@@ -288,6 +288,8 @@ def test_linear_response_of_the_library_step_map():
     assert abs(lr.mass - 1) < 1e-6 and abs(lr.damping - 2) < 1e-6
     assert lr.max_error < 1e-6 and lr.within_20 and lr.n_unmatched == 0
     assert np.all(lr.regime_match) and len(lr.measured) == 8
+    # each measured root implies its mode's stiffness (both roots of a mode the same one)
+    np.testing.assert_allclose(np.sort(lr.measured_omega2), np.repeat(lr.omega2, 2), rtol=1e-6)
     assert CRITERIA[2].decide(Interval(lr.max_error, 0.0, lr.max_error, 0.99, 4,
                                        np.zeros(1))) == YES
     # the same map in attention coordinates (rho, rho_dot), D = 2N: the directions off the
@@ -314,6 +316,7 @@ def test_linear_response_more_regimes(name, m, gamma):
     assert lr.max_error < 1e-6 and lr.n_unmatched == 0
     if name == "shannon":
         np.testing.assert_allclose(lr.omega2, 1.0, rtol=1e-10)
+        np.testing.assert_allclose(lr.measured_omega2, 1.0, rtol=1e-6)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

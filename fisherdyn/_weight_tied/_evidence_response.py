@@ -35,8 +35,10 @@ class LinearResponse(eqx.Module):
       attention component, slowest first (complex); `predicted`: the matched prediction
       of each (NaN where no predicted root was left); `errors`: $|s - \\hat s|/|\\hat s|$
       per measured rate, 1 where the damping regime differs, NaN for the fitted mode.
-    - `omega2`: the predicted stiffnesses on the support (softest first); `regime_match`: per measured
-      rate, whether under-/over-damping agrees with the prediction.
+    - `omega2`: the predicted stiffnesses on the support (softest first); `regime_match`:
+      per measured rate, whether under-/over-damping agrees with the prediction.
+    - `measured_omega2`: the stiffness each measured rate implies at the fitted
+      $(m, \\gamma)$, $\\mathrm{Re}(-(m s^2 + \\gamma s))$ (Shannon predicts $T$ for all).
     - `max_error`: the largest error over the non-fitted rates (the statistic of the
       `linear_response` criterion); `within_20`: `max_error <= 0.2`.
     - `n_unmatched`: measured rates without a predicted partner (more attention modes than
@@ -49,6 +51,7 @@ class LinearResponse(eqx.Module):
     predicted: np.ndarray
     errors: np.ndarray
     omega2: np.ndarray
+    measured_omega2: np.ndarray
     regime_match: np.ndarray
     max_error: float
     within_20: bool
@@ -186,5 +189,6 @@ def linear_response(
     others = errors[np.isfinite(errors)]
     max_error = float(np.max(others)) if others.size else float("nan")
     n_unmatched = (len(s) - len(rows)) + (len(p_rate) - len(cols))
-    return LinearResponse(m, gamma, s, predicted, errors, omega2, match, max_error,
+    implied = np.real(-(m * s * s + gamma * s))
+    return LinearResponse(m, gamma, s, predicted, errors, omega2, implied, match, max_error,
                           bool(max_error <= 0.2), int(n_unmatched))
