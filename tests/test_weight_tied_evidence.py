@@ -5,9 +5,17 @@ construction: paths of the library's own dynamics (where the Fisher hypothesis i
 paths of other dynamics (where it is false).
 """
 
+import functools
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy.linalg import expm
 
+import fisherdyn as fd
+from fisherdyn._dynamics._coordinates import SphereCoordinates
+from fisherdyn._dynamics._system import FisherSystem, tangent_basis
 from fisherdyn._weight_tied._evidence import (
     CRITERIA,
     CRITERION_LEVEL,
@@ -20,6 +28,13 @@ from fisherdyn._weight_tied._evidence import (
     holm,
     verdict,
 )
+from fisherdyn._weight_tied._evidence_heldout import (
+    _companion_flow,
+    _linear_paths,
+    heldout_prediction,
+)
+from fisherdyn._weight_tied._evidence_paths import depth_convergence, mobility_regression
+from fisherdyn._weight_tied._evidence_response import linear_response
 
 # --------------------------------------------------------------------------- statistics
 
@@ -132,19 +147,6 @@ def test_verdict_reports_holm_corrected_pvalues():
 
 # --------------------------------------------------------------------------- paths
 
-import functools  # noqa: E402
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-
-import fisherdyn as fd  # noqa: E402
-from fisherdyn._dynamics._coordinates import SphereCoordinates  # noqa: E402
-from fisherdyn._dynamics._system import FisherSystem  # noqa: E402
-from fisherdyn._weight_tied._evidence_paths import (  # noqa: E402
-    depth_convergence,
-    mobility_regression,
-)
-
 P_, N_ = 12, 6
 _rng = np.random.default_rng(0)
 Z = _rng.normal(size=(P_, N_)) * 1.5
@@ -247,9 +249,6 @@ def test_mobility_shannon_has_no_regressor():
 
 # --------------------------------------------------------------------------- linear response
 
-from fisherdyn._dynamics._system import tangent_basis  # noqa: E402
-from fisherdyn._weight_tied._evidence_response import linear_response  # noqa: E402
-
 ZR = np.array([1.0, 0.3, -0.5, 0.2, -1.1])
 QR = np.asarray(tangent_basis(jnp.ones(5) / np.sqrt(5)))  # orthonormal, sum-zero columns
 
@@ -334,12 +333,6 @@ def test_linear_response_random_contraction_fails(seed):
 
 # --------------------------------------------------------------------------- held-out
 
-from fisherdyn._weight_tied._evidence_heldout import (  # noqa: E402
-    _companion_flow,
-    _linear_paths,
-    heldout_prediction,
-)
-
 TH = np.arange(13) * 0.5
 TRAIN = np.arange(P_) < 6  # 6 fitting, 6 held-out problems (two per unit)
 
@@ -347,8 +340,6 @@ TRAIN = np.arange(P_) < 6  # 6 fitting, 6 held-out problems (two per unit)
 def test_companion_flow_matches_expm():
     """The closed-form flow of u'' + b u' + a u = 0 against scipy's matrix exponential of
     the companion matrix, under-, over- and (nearly) critically damped: 1e-13."""
-    from scipy.linalg import expm
-
     for a, b in [(2.0, 1.0), (0.25, 1.0), (0.25 + 1e-7, 1.0), (0.1, 3.0)]:
         for t in (0.0, 0.5, 3.0):
             E = expm(np.array([[0.0, 1.0], [-a, -b]]) * t)
