@@ -86,11 +86,11 @@ def _velocity(rho, t, rule):
     raise ValueError(f"velocity must be 'zero' or 'difference', got {rule!r}")
 
 
-def _fisher_paths(logp, entropy, scores, rho0, v0, ts, max_steps):
+def _fisher_paths(logp, entropy, scores, rho0, v0, ts, max_steps, solver=None):
     """`simulate` of every problem at the times `ts`, and whether each solve succeeded."""
     m, gamma, T = jnp.exp(logp[0]), jnp.exp(logp[1]), jnp.exp(logp[2])
     tr = simulate(entropy, scores, T, mass=m, damping=gamma, rho0=rho0, velocity0=v0,
-                  t1=ts[-1], saveat=ts, rtol=1e-7, atol=1e-9, max_steps=max_steps,
+                  t1=ts[-1], saveat=ts, rtol=1e-7, atol=1e-9, max_steps=max_steps, solver=solver,
                   adjoint=diffrax.ForwardMode(), throw=False)
     ok = (tr.result == RESULTS.successful) & jnp.all(jnp.isfinite(tr.rho), (-2, -1))
     return jnp.where(ok[:, None, None], tr.rho, rho0[:, None, :]), ok
@@ -129,40 +129,43 @@ def _linear_paths(logp, entropy, scores, rho0, dz0_unit, ts, readout):
     return stationary(entropy, z, T), ok
 
 
-def _model_paths(kind, logp, entropy, scores, rho0, init_vel, ts, max_steps, readout):
+def _model_paths(kind, logp, entropy, scores, rho0, init_vel, ts, max_steps, readout,
+                 solver):
     """The paths of one fitted model (`kind` "fisher" or "linear") and their success."""
     if kind == "fisher":
-        return _fisher_paths(logp, entropy, scores, rho0, init_vel, ts, max_steps)
+        return _fisher_paths(logp, entropy, scores, rho0, init_vel, ts, max_steps, solver)
     return _linear_paths(logp, entropy, scores, rho0, init_vel, ts, readout)
 
 
-_STATIC = ("kind", "lm_steps", "max_steps", "readout")
+_STATIC = ("kind", "lm_steps", "max_steps", "readout", "solver")
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC, **_FAST_COMPILE)
 def _fit_program(guesses, entropy, scores, rho0, init_vel, ts, target, *, kind, lm_steps,
-                 max_steps, readout):
+                 max_steps, readout, solver):
     """Levenberg-Marquardt from every guess (vmapped): (log-parameters, losses). The data
     are arguments, so one compiled program serves every head of the same shapes."""
-    solver = optx.LevenbergMarquardt(rtol=1e-8, atol=1e-8)
+    lm = optx.LevenbergMarquardt(rtol=1e-8, atol=1e-8)
 
     def residuals(logp, _):
         rho, ok = _model_paths(kind, logp, entropy, scores, rho0, init_vel, ts, max_steps,
-                               readout)
+                               readout, solver)
         r = 2 * (jnp.sqrt(rho) - jnp.sqrt(target))
         return jnp.where(ok[:, None, None], r, jnp.pi).reshape(-1)
 
     def one(g0):
-        sol = optx.least_squares(residuals, solver, g0, max_steps=lm_steps, throw=False)
+        sol = optx.least_squares(residuals, lm, g0, max_steps=lm_steps, throw=False)
         return sol.value, jnp.sum(residuals(sol.value, None) ** 2)
 
     return jax.vmap(one)(guesses)
 
 
-@functools.partial(jax.jit, static_argnames=("max_steps", "readout"), **_FAST_COMPILE)
-def _predict_program(pf, pl, entropy, scores, rho0, v0, dz0, ts, *, max_steps, readout):
+@functools.partial(jax.jit, static_argnames=("max_steps", "readout", "solver"),
+                   **_FAST_COMPILE)
+def _predict_program(pf, pl, entropy, scores, rho0, v0, dz0, ts, *, max_steps, readout,
+                     solver):
     """Both fitted models' paths of every problem at the times `ts`."""
-    f = _fisher_paths(pf, entropy, scores, rho0, v0, ts, max_steps)[0]
+    f = _fisher_paths(pf, entropy, scores, rho0, v0, ts, max_steps, solver)[0]
     return f, _linear_paths(pl, entropy, scores, rho0, dz0, ts, readout)[0]
 
 
@@ -187,6 +190,7 @@ def heldout_prediction(
     linear_guesses: Float[ArrayLike, "G 3"] | None = None,
     lm_steps: int = 60,
     max_steps: int = 4096,
+    solver: str | None = None,
     level: float = 0.95,
     n_boot: int = 2000,
     seed: int = 0,
@@ -212,19 +216,20 @@ def heldout_prediction(
     - `guesses`, `linear_guesses`: initial log-parameters `(G, 3)`, ($\\log m, \\log\\gamma,
       \\log T$) and ($\\log a, \\log b, \\log T$); default a small fixed grid.
     - `lm_steps`: Levenberg-Marquardt iterations per guess; `max_steps`: ODE step budget
-      (a solve that needs more is priced at distance $\\pi$).
+      (a solve that needs more is priced at distance $\\pi$); `solver`: `simulate`'s solver
+      (default Tsit5; `"kvaerno5"` for a stiff fit, m/gamma far below a loop step).
     - `level`, `n_boot`, `seed`: the bootstrap.
 
     **Returns:** a `HeldoutPrediction`.
     """
     with jax.numpy_dtype_promotion("standard"):
         return _heldout(paths, times, scores, entropy, train, n_early, velocity, units,
-                        linear_readout, guesses, linear_guesses, lm_steps, max_steps, level,
+                        linear_readout, guesses, linear_guesses, lm_steps, max_steps, solver, level,
                         n_boot, seed)
 
 
 def _heldout(paths, times, scores, entropy, train, n_early, velocity, units, linear_readout,
-             guesses, linear_guesses, lm_steps, max_steps, level, n_boot, seed):
+             guesses, linear_guesses, lm_steps, max_steps, solver, level, n_boot, seed):
     rho = np.asarray(paths, np.float64)
     P, K, N = rho.shape
     rho = (1 - FLOOR) * rho / rho.sum(-1, keepdims=True) + FLOOR / N
@@ -255,13 +260,15 @@ def _heldout(paths, times, scores, entropy, train, n_early, velocity, units, lin
                           for a, b in ((1.0, 1.0), (10.0, 3.0), (3.0, 10.0))]
     early, target = jnp.asarray(t[:n_early]), jnp.asarray(rho[tr_idx, :n_early])
     common = (entropy, s_j[tr_idx], rho_j[tr_idx, 0])
-    static = dict(lm_steps=int(lm_steps), max_steps=int(max_steps), readout=linear_readout)
+    static = dict(lm_steps=int(lm_steps), max_steps=int(max_steps), readout=linear_readout,
+                  solver=solver)
     pf, loss_f = _best(*_fit_program(jnp.asarray(guesses, jnp.float64), *common, v0[tr_idx],
                                      early, target, kind="fisher", **static))
     pl, loss_l = _best(*_fit_program(jnp.asarray(linear_guesses, jnp.float64), *common,
                                      dz0[tr_idx], early, target, kind="linear", **static))
     pred_f, pred_l = _predict_program(pf, pl, entropy, s_j, rho_j[:, 0], v0, dz0, t_j,
-                                      max_steps=int(max_steps), readout=linear_readout)
+                                      max_steps=int(max_steps), readout=linear_readout,
+                                      solver=solver)
     preds = {"fisher": np.asarray(pred_f), "linear": np.asarray(pred_l)}
     last, prev = rho[:, n_early - 1], rho[:, n_early - 2]
     const = np.array(rho)
