@@ -1,0 +1,286 @@
+"""Statistics and the pre-registered verdict of the weight-tied study (issue 17).
+
+The unit of replication is the trained model (one seed): `bootstrap_ci` resamples units,
+`holm` corrects p-values across the tests, and `verdict` applies criteria that are fixed
+here, before any data, to the intervals. The tests themselves (depth convergence, mobility,
+linear response, held-out prediction) live in `_evidence_paths.py`,
+`_evidence_response.py` and `_evidence_heldout.py`; each returns the per-unit statistic
+that a criterion below reads.
+
+**The criteria** (`CRITERIA`; regions are closed intervals of the statistic). A criterion
+says YES when the whole bootstrap interval lies in its YES region, NO when the whole
+interval lies in its NO region, and INCONCLUSIVE otherwise (the point estimate never
+decides). The intervals are taken at `CRITERION_LEVEL` $= 1 - 0.05/4$, so that the four
+criteria hold jointly at 95% (Bonferroni). Alongside, the verdict reports each criterion's
+bootstrap p-value of the null "the statistic is on the NO side of its threshold"
+(`Criterion.null`), Holm-corrected across the criteria (`holm`).
+
+1. `depth_convergence`: $r = \\mathrm{gap}(L, 2L)/\\mathrm{gap}(2L, 4L)$, the Fisher-Rao
+   rms gap of paths run at L, 2L, 4L loops compared at equal $t$ (step $c/n$). First-order
+   convergence gives $r = 2$, second order 4; no continuum limit gives $r \\approx 1$.
+   YES: $r \\in [1.5, \\infty)$; NO: $r \\in (-\\infty, 1.2]$.
+2. `mobility_slope`: the slope $b$ of each key's log rate of approach in score space on
+   $\\log(T\\rho G'(\\rho))$ of the trained family. The family's own Fisher flow predicts
+   $b = 1$, a mobility that ignores the family (Shannon-like, or linear relaxation in
+   score space) $b = 0$. YES: $b \\in [0.75, 1.25]$; NO: $b \\in (-\\infty, 0.5]$ or
+   $[1.5, \\infty)$. Not applicable to Shannon (its $\\rho G' = 1$: no regressor).
+3. `linear_response`: $e$, the largest relative error of the other modes' rates predicted
+   by `relaxation_spectrum` with $(m, \\gamma)$ fitted on the slowest mode (a damping regime
+   predicted wrongly counts as $e = 1$). YES: $e \\in [0, 0.2]$; NO: $e \\in [0.3, \\infty)$.
+4. `heldout`: $\\rho_{rms}$, the held-out Fisher-Rao rms of the Fisher model divided by the
+   best of the baselines (constant, geodesic, linear score-space). YES: $\\in [0, 0.9]$
+   (at least 10% better than every baseline); NO: $\\in [1, \\infty)$ (a baseline is as good).
+
+Overall: NO if any applicable criterion says NO, YES if all say YES, INCONCLUSIVE
+otherwise. A pipeline that does not answer YES on the positive control and NO (on at
+least one criterion) on each negative control has not shown that it can tell the two
+apart: `verdict(..., controls_ok=False)` then reports the overall answer as INCONCLUSIVE
+whatever the criteria say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import equinox as eqx
+import numpy as np
+
+from .._custom_types import ArrayLike, Float
+
+__all__ = [
+    "YES",
+    "NO",
+    "INCONCLUSIVE",
+    "NOT_APPLICABLE",
+    "CRITERION_LEVEL",
+    "CRITERIA",
+    "Criterion",
+    "Interval",
+    "Verdict",
+    "bootstrap_ci",
+    "holm",
+    "verdict",
+]
+
+YES, NO, INCONCLUSIVE, NOT_APPLICABLE = "YES", "NO", "INCONCLUSIVE", "N/A"
+
+
+class Interval(eqx.Module):
+    """A point estimate with a percentile bootstrap interval.
+
+    **Fields:** `estimate` (the statistic of the data as given), `low`, `high`, `level`,
+    `n_units` (units resampled), `replicates` (the bootstrap statistics, for p-values).
+    """
+
+    estimate: float
+    low: float
+    high: float
+    level: float
+    n_units: int
+    replicates: np.ndarray
+
+    def pvalue(self, null: float, alternative: str = "greater") -> float:
+        """The bootstrap p-value of `H0: statistic <= null` (`"greater"`), `>= null`
+        (`"less"`) or `= null` (`"two-sided"`): the fraction of replicates on the null's
+        side (at least $1/(B+1)$), doubled for two-sided."""
+        r = self.replicates[np.isfinite(self.replicates)]
+        if r.size == 0:
+            return float("nan")
+        lower = (1 + np.sum(r <= null)) / (r.size + 1)
+        upper = (1 + np.sum(r >= null)) / (r.size + 1)
+        if alternative == "greater":
+            return float(lower)
+        if alternative == "less":
+            return float(upper)
+        if alternative == "two-sided":
+            return float(min(1.0, 2 * min(lower, upper)))
+        raise ValueError(
+            f"alternative must be 'greater', 'less' or 'two-sided', got {alternative!r}")
+
+
+def _nanmean(a):
+    return float(np.nanmean(a))
+
+
+def bootstrap_ci(
+    values: Float[ArrayLike, "units ..."],
+    statistic: Callable[[np.ndarray], float] | None = None,
+    *,
+    level: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> Interval:
+    """Percentile bootstrap interval of a statistic, resampling units (the leading axis).
+
+    The unit is the independent replicate: a trained model (seed), not a problem or a
+    head of one model, whose values are correlated. Everything on the other axes of a unit
+    travels with it.
+
+    **Arguments:**
+
+    - `values`: shape `(units, ...)`; NaN entries are allowed if `statistic` ignores them
+      (the default does).
+    - `statistic`: maps an array of the same shape (resampled units) to a float; default
+      the mean over everything (`np.nanmean`). A ratio of means, e.g.
+      `lambda a: a[:, 0].mean() / a[:, 1].mean()`, is a statistic of pairs.
+    - `level`: two-sided coverage; `n_boot`: replicates; `seed`: NumPy generator seed.
+
+    **Returns:**
+
+    An `Interval`. With a single unit no spread can be estimated: the interval is
+    $(-\\infty, \\infty)$, so that no criterion can decide on one model.
+    """
+    a = np.asarray(values, np.float64)
+    if a.ndim == 0 or a.shape[0] < 1:
+        raise ValueError("values need a leading axis of at least one unit")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    stat = _nanmean if statistic is None else statistic
+    est = float(stat(a))
+    n = a.shape[0]
+    if n == 1:
+        return Interval(est, -np.inf, np.inf, float(level), 1, np.full(1, est))
+    idx = np.random.default_rng(seed).integers(0, n, size=(int(n_boot), n))
+    reps = np.array([float(stat(a[i])) for i in idx])
+    finite = reps[np.isfinite(reps)]
+    if finite.size == 0:
+        return Interval(est, float("nan"), float("nan"), float(level), n, reps)
+    alpha = 1 - level
+    lo, hi = np.quantile(finite, [alpha / 2, 1 - alpha / 2])
+    return Interval(est, float(lo), float(hi), float(level), n, reps)
+
+
+def holm(pvalues: Float[ArrayLike, " k"], alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """Holm-Bonferroni step-down correction of `k` p-values.
+
+    Sorted ascending, $\\tilde p_{(j)} = \\max_{i \\le j}\\min(1, (k - i + 1)p_{(i)})$; a
+    hypothesis is rejected when $\\tilde p \\le \\alpha$ (family-wise error $\\le\\alpha$
+    under any dependence). NaN p-values are never rejected and do not count in $k$.
+
+    **Returns:** `(adjusted p-values, rejected)` in the input order.
+    """
+    p = np.asarray(pvalues, np.float64).ravel()
+    ok = np.isfinite(p)
+    adj = np.full(p.shape, np.nan)
+    k = int(np.sum(ok))
+    if k:
+        idx = np.flatnonzero(ok)[np.argsort(p[ok], kind="stable")]
+        scaled = np.minimum(1.0, (k - np.arange(k)) * p[idx])
+        adj[idx] = np.maximum.accumulate(scaled)
+    return adj, np.where(ok, adj <= alpha, False)
+
+
+class Criterion(eqx.Module):
+    """A pre-registered criterion: YES / NO regions of one statistic (closed intervals,
+    `±inf` allowed). YES when the interval lies inside one YES region, NO when inside one
+    NO region, else INCONCLUSIVE. `null`, `alternative`: the one-sided null hypothesis
+    "the statistic is on the NO side of `null`" whose bootstrap p-value (`Interval.pvalue`)
+    the verdict reports, Holm-corrected across the criteria."""
+
+    name: str
+    statistic: str
+    yes: tuple[tuple[float, float], ...]
+    no: tuple[tuple[float, float], ...]
+    null: float
+    alternative: str
+
+    def decide(self, interval: Interval | None) -> str:
+        if interval is None:
+            return NOT_APPLICABLE
+        lo, hi = interval.low, interval.high
+        if np.isnan(lo) or np.isnan(hi):
+            return INCONCLUSIVE
+        inside = lambda regions: any(a <= lo and hi <= b for a, b in regions)  # noqa: E731
+        if inside(self.yes):
+            return YES
+        if inside(self.no):
+            return NO
+        return INCONCLUSIVE
+
+
+_INF = float("inf")
+CRITERIA: tuple[Criterion, ...] = (
+    Criterion("depth_convergence", "gap(L,2L) / gap(2L,4L)", ((1.5, _INF),), ((-_INF, 1.2),),
+              1.2, "greater"),
+    Criterion("mobility_slope", "slope of log rate on log(T rho G'(rho))", ((0.75, 1.25),),
+              ((-_INF, 0.5), (1.5, _INF)), 0.5, "greater"),
+    Criterion("linear_response", "max relative error of predicted mode rates", ((0.0, 0.2),),
+              ((0.3, _INF),), 0.3, "less"),
+    Criterion("heldout", "held-out rms: Fisher / best baseline", ((0.0, 0.9),),
+              ((1.0, _INF),), 1.0, "less"),
+)
+CRITERION_LEVEL = 1 - 0.05 / len(CRITERIA)
+
+
+class Verdict(eqx.Module):
+    """Per-criterion decisions and the overall answer.
+
+    **Fields:** `overall` (YES / NO / INCONCLUSIVE), `decisions` (criterion name -> YES /
+    NO / INCONCLUSIVE / N/A), `intervals` (name -> `Interval` or None), `controls_ok`,
+    `pvalues` (name -> bootstrap p-value of the criterion's null, NaN where N/A) and
+    `holm_pvalues` (the same, Holm-corrected across the applicable criteria). The
+    p-values are reported alongside; the decisions read the intervals only.
+    """
+
+    overall: str
+    decisions: dict
+    intervals: dict
+    controls_ok: bool
+    pvalues: dict
+    holm_pvalues: dict
+
+    def table(self) -> str:
+        """The verdict as a small text table (criterion, interval, decision)."""
+        rows = []
+        for name, dec in self.decisions.items():
+            iv = self.intervals.get(name)
+            span = "-" if iv is None else f"{iv.estimate:.3g} [{iv.low:.3g}, {iv.high:.3g}]"
+            p = self.holm_pvalues.get(name, float("nan"))
+            rows.append(f"{name:<20} {span:<30} {dec:<13} p_holm={p:.3g}")
+        rows.append(f"{'overall':<20} {'':<30} {self.overall}"
+                    + ("" if self.controls_ok else " (controls failed)"))
+        return "\n".join(rows)
+
+
+def verdict(
+    intervals: Mapping[str, Interval | None],
+    *,
+    criteria: Sequence[Criterion] = CRITERIA,
+    controls_ok: bool = True,
+) -> Verdict:
+    """Apply the pre-registered criteria to the intervals of one normalizer (or control).
+
+    **Arguments:**
+
+    - `intervals`: criterion name -> `Interval` (from `bootstrap_ci` at `CRITERION_LEVEL`)
+      or None (not applicable, e.g. the mobility slope of Shannon). Every criterion must be
+      named; unknown names are an error.
+    - `criteria`: the criteria (default `CRITERIA`, the pre-registered ones).
+    - `controls_ok`: whether the same pipeline answered YES on the positive control and NO
+      on the negative ones; if not, the overall answer is INCONCLUSIVE.
+
+    **Returns:** a `Verdict`.
+    """
+    names = [c.name for c in criteria]
+    unknown = set(intervals) - set(names)
+    missing = set(names) - set(intervals)
+    if unknown or missing:
+        raise ValueError(f"intervals must name exactly the criteria {names}; "
+                         f"unknown {sorted(unknown)}, missing {sorted(missing)}")
+    decisions = {c.name: c.decide(intervals[c.name]) for c in criteria}
+    applicable = [d for d in decisions.values() if d != NOT_APPLICABLE]
+    if not applicable:
+        overall = INCONCLUSIVE
+    elif NO in applicable:
+        overall = NO
+    elif all(d == YES for d in applicable):
+        overall = YES
+    else:
+        overall = INCONCLUSIVE
+    if not controls_ok:
+        overall = INCONCLUSIVE
+    pv = {c.name: (float("nan") if intervals[c.name] is None
+                   else intervals[c.name].pvalue(c.null, c.alternative)) for c in criteria}
+    adj, _ = holm([pv[n] for n in names])
+    return Verdict(overall, decisions, dict(intervals), bool(controls_ok), pv,
+                   dict(zip(names, (float(a) for a in adj))))

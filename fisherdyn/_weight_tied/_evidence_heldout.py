@@ -1,0 +1,306 @@
+"""Held-out prediction of attention paths: the Fisher model against its baselines (issue 17).
+
+One head's paths are split two ways: problems into training and held-out ones, loops into
+early ones (seen) and later ones (predicted). Each model has the same few parameters for
+every problem of the head, fitted on the training problems' early loops, and predicts the
+held-out problems' later loops from their own early loops (the start, and for
+`velocity="difference"` the first step):
+
+- `fisher`: the damped Fisher-Lagrangian dynamics `fisherdyn.simulate(entropy, s, T,
+  mass=m, damping=gamma)` toward the problem's scores $s$, from $\\rho_0$; parameters
+  $(m, \\gamma, T)$.
+- `linear`: the equal-parameter linear dynamics in score space,
+  $\\ddot z = a(s - z) - b\\dot z$, read out as $\\mathrm{softmax}(z/T)$ (or the family's
+  stationary law), from $z_0 = T\\ln\\rho_0$ ($T G(\\rho_0)$); parameters $(a, b, T)$. It has
+  the Fisher model's number of parameters and its fixed point, but no Fisher geometry.
+- `constant`: the last seen attention held.
+- `geodesic`: the Fisher-Rao geodesic through the last two seen loops, continued at
+  constant speed (`geodesic_interpolation` with $s > 1$).
+
+Both fitted models are Levenberg-Marquardt (optimistix) on the residuals
+$2(\\sqrt{\\hat\\rho} - \\sqrt\\rho)$ (squared norm: the summed squared Fisher-Rao distance to
+second order), from a few fixed initial guesses, in log-parameters. Models are compared by
+held-out Fisher-Rao rms, not by a training criterion.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+
+from .._custom_types import ArrayLike, Bool, Float
+from .._dynamics import simulate
+from .._entropies import AbstractEntropy
+from .._results import RESULTS
+from .._stationary import stationary
+from ._evidence import Interval, bootstrap_ci
+from ._geometry import fisher_rao_distance, geodesic_interpolation
+
+__all__ = ["HeldoutPrediction", "heldout_prediction", "METHODS"]
+
+METHODS = ("fisher", "linear", "constant", "geodesic")
+# XLA level 0: the same numbers to round-off, about half the compile time of a program
+# that runs once
+_FAST_COMPILE = dict(compiler_options={"xla_backend_optimization_level": 0})
+FLOOR = 1e-9  # weights are mixed with this much of uniform so that logs and G stay finite
+
+
+class HeldoutPrediction(eqx.Module):
+    """Held-out errors of the Fisher model and its baselines.
+
+    **Fields:**
+    - `rms`: method -> `Interval` of the mean held-out Fisher-Rao rms (bootstrap over the
+      held-out problems' units).
+    - `per_problem`: method -> `(P_heldout,)` rms over the later loops of each held-out
+      problem.
+    - `ratio`: `Interval` of mean rms(fisher) / min over the baselines of mean rms (the
+      `heldout` criterion's statistic); `best`: the method of least mean rms.
+    - `fisher_params`: $(m, \\gamma, T)$; `linear_params`: $(a, b, T)$.
+    - `train_loss`: method -> summed squared residual on the training data (fitted ones).
+    - `predictions`: method -> `(P, K, N)` paths of every problem (the fitted models from
+      each problem's own start).
+    """
+
+    rms: dict
+    per_problem: dict
+    ratio: Interval
+    best: str
+    fisher_params: tuple
+    linear_params: tuple
+    train_loss: dict
+    predictions: dict
+
+
+def _velocity(rho, t, rule):
+    """The initial velocity by a fixed rule: zero, or the first step's difference."""
+    if rule == "zero":
+        return jnp.zeros_like(rho[:, 0])
+    if rule == "difference":
+        return (rho[:, 1] - rho[:, 0]) / (t[1] - t[0])
+    raise ValueError(f"velocity must be 'zero' or 'difference', got {rule!r}")
+
+
+def _fisher_paths(logp, entropy, scores, rho0, v0, ts, max_steps, solver=None):
+    """`simulate` of every problem at the times `ts`, and whether each solve succeeded."""
+    m, gamma, T = jnp.exp(logp[0]), jnp.exp(logp[1]), jnp.exp(logp[2])
+    tr = simulate(entropy, scores, T, mass=m, damping=gamma, rho0=rho0, velocity0=v0,
+                  t1=ts[-1], saveat=ts, rtol=1e-7, atol=1e-9, max_steps=max_steps, solver=solver,
+                  adjoint=diffrax.ForwardMode(), throw=False)
+    ok = (tr.result == RESULTS.successful) & jnp.all(jnp.isfinite(tr.rho), (-2, -1))
+    return jnp.where(ok[:, None, None], tr.rho, rho0[:, None, :]), ok
+
+
+def _companion_flow(a, b, t):
+    """$(\\Phi_{00}, \\Phi_{01})(t)$ of $\\ddot u + b\\dot u + a u = 0$: $u(t) = \\Phi_{00}u_0
+    + \\Phi_{01}\\dot u_0$. With $q = (b^2/4 - a)t^2$, $C = \\cosh\\sqrt q$ and
+    $S = \\sinh\\sqrt q/\\sqrt q$ (cos / sin for $q < 0$, a series near 0 so that the
+    critical case is smooth): $\\Phi_{00} = e^{-bt/2}(C + \\tfrac{bt}{2}S)$,
+    $\\Phi_{01} = e^{-bt/2}\\,t\\,S$."""
+    q = (b * b / 4 - a) * t * t
+    small = jnp.abs(q) < 1e-4
+    r = jnp.sqrt(jnp.abs(jnp.where(small, 1.0, q)))
+    C = jnp.where(small, 1 + q / 2 + q * q / 24, jnp.where(q > 0, jnp.cosh(r), jnp.cos(r)))
+    S = jnp.where(small, 1 + q / 6 + q * q / 120,
+                  jnp.where(q > 0, jnp.sinh(r), jnp.sin(r)) / r)
+    decay = jnp.exp(-b * t / 2)
+    return decay * (C + b * t / 2 * S), decay * t * S
+
+
+def _linear_paths(logp, entropy, scores, rho0, dz0_unit, ts, readout):
+    """$\\ddot u = -a u - b\\dot u$, $u = z - s$, in closed form, read out at temperature T."""
+    a, b, T = jnp.exp(logp[0]), jnp.exp(logp[1]), jnp.exp(logp[2])
+    if readout == "softmax":
+        z0, dz0 = T * jnp.log(rho0), T * dz0_unit
+    else:
+        z0, dz0 = T * entropy.G(rho0), T * dz0_unit
+    p00, p01 = _companion_flow(a, b, ts - ts[0])  # (K,)
+    z = scores[:, None] + p00[None, :, None] * (z0 - scores)[:, None] \
+        + p01[None, :, None] * dz0[:, None]
+    ok = jnp.all(jnp.isfinite(z), (-2, -1))
+    z = jnp.where(ok[:, None, None], z, scores[:, None])
+    if readout == "softmax":
+        return jax.nn.softmax(z / T, -1), ok
+    return stationary(entropy, z, T), ok
+
+
+def _model_paths(kind, logp, entropy, scores, rho0, init_vel, ts, max_steps, readout,
+                 solver):
+    """The paths of one fitted model (`kind` "fisher" or "linear") and their success."""
+    if kind == "fisher":
+        return _fisher_paths(logp, entropy, scores, rho0, init_vel, ts, max_steps, solver)
+    return _linear_paths(logp, entropy, scores, rho0, init_vel, ts, readout)
+
+
+_STATIC = ("kind", "lm_steps", "max_steps", "readout", "solver")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC, **_FAST_COMPILE)
+def _fit_program(guesses, entropy, scores, rho0, init_vel, ts, target, *, kind, lm_steps,
+                 max_steps, readout, solver):
+    """Levenberg-Marquardt from every guess (vmapped): (log-parameters, losses). The data
+    are arguments, so one compiled program serves every head of the same shapes."""
+    lm = optx.LevenbergMarquardt(rtol=1e-8, atol=1e-8)
+
+    def residuals(logp, _):
+        rho, ok = _model_paths(kind, logp, entropy, scores, rho0, init_vel, ts, max_steps,
+                               readout, solver)
+        r = 2 * (jnp.sqrt(rho) - jnp.sqrt(target))
+        return jnp.where(ok[:, None, None], r, jnp.pi).reshape(-1)
+
+    def one(g0):
+        sol = optx.least_squares(residuals, lm, g0, max_steps=lm_steps, throw=False)
+        return sol.value, jnp.sum(residuals(sol.value, None) ** 2)
+
+    return jax.vmap(one)(guesses)
+
+
+@functools.partial(jax.jit, static_argnames=("max_steps", "readout", "solver"),
+                   **_FAST_COMPILE)
+def _predict_program(pf, pl, entropy, scores, rho0, v0, dz0, ts, *, max_steps, readout,
+                     solver):
+    """Both fitted models' paths of every problem at the times `ts`."""
+    f = _fisher_paths(pf, entropy, scores, rho0, v0, ts, max_steps, solver)[0]
+    return f, _linear_paths(pl, entropy, scores, rho0, dz0, ts, readout)[0]
+
+
+def _best(values, losses):
+    losses = np.where(np.isfinite(np.asarray(losses)), np.asarray(losses), np.inf)
+    j = int(np.argmin(losses))
+    return values[j], float(losses[j])
+
+
+def heldout_prediction(
+    paths: Float[ArrayLike, "P K N"],
+    times: Float[ArrayLike, " K"],
+    scores: Float[ArrayLike, "P N"],
+    entropy: AbstractEntropy,
+    *,
+    train: Bool[ArrayLike, " P"],
+    n_early: int,
+    velocity: str = "zero",
+    units: ArrayLike | None = None,
+    linear_readout: str = "softmax",
+    guesses: Float[ArrayLike, "G 3"] | None = None,
+    linear_guesses: Float[ArrayLike, "G 3"] | None = None,
+    lm_steps: int = 60,
+    max_steps: int = 4096,
+    solver: str | None = None,
+    level: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> HeldoutPrediction:
+    """Fit one $(m, \\gamma, T)$ per head and predict held-out problems and later loops.
+
+    **Arguments:**
+
+    - `paths`: one head's attention `(P, K, N)` at the loop `times` `(K,)`.
+    - `scores`: `(P, N)` the fixed scores each problem relaxes toward (e.g. the loop's
+      scores at its fixed point, or at the last early loop: the caller decides what the
+      models may see).
+    - `entropy`: the family of the Fisher model (and of the linear model's readout with
+      `linear_readout="family"`).
+    - `train`: `(P,)` True for the fitting problems, False for the held-out ones.
+    - `n_early`: loops $0..n_{early}-1$ are seen (fitted on the training problems, starts
+      of the held-out ones); loops from $n_{early}$ on are predicted ($\\ge 3$, $< K$).
+    - `velocity`: the initial velocity of both fitted models: `"zero"`, or the first
+      step's difference $(\\rho_1 - \\rho_0)/(t_1 - t_0)$ (no per-path velocity is fitted).
+    - `units`: a label per problem for the bootstrap (default: each problem).
+    - `linear_readout`: `"softmax"` (the baseline as specified) or `"family"`
+      (`stationary(entropy, z, T)`, for families with exact zeros).
+    - `guesses`, `linear_guesses`: initial log-parameters `(G, 3)`, ($\\log m, \\log\\gamma,
+      \\log T$) and ($\\log a, \\log b, \\log T$); default a small fixed grid.
+    - `lm_steps`: Levenberg-Marquardt iterations per guess; `max_steps`: ODE step budget
+      (a solve that needs more is priced at distance $\\pi$); `solver`: `simulate`'s solver
+      (default Tsit5; `"kvaerno5"` for a stiff fit, m/gamma far below a loop step).
+    - `level`, `n_boot`, `seed`: the bootstrap.
+
+    **Returns:** a `HeldoutPrediction`.
+    """
+    with jax.numpy_dtype_promotion("standard"):
+        return _heldout(paths, times, scores, entropy, train, n_early, velocity, units,
+                        linear_readout, guesses, linear_guesses, lm_steps, max_steps, solver, level,
+                        n_boot, seed)
+
+
+def _heldout(paths, times, scores, entropy, train, n_early, velocity, units, linear_readout,
+             guesses, linear_guesses, lm_steps, max_steps, solver, level, n_boot, seed):
+    rho = np.asarray(paths, np.float64)
+    P, K, N = rho.shape
+    rho = (1 - FLOOR) * rho / rho.sum(-1, keepdims=True) + FLOOR / N
+    t = np.asarray(times, np.float64)
+    s = np.broadcast_to(np.asarray(scores, np.float64), (P, N))
+    train = np.asarray(train, bool)
+    if not 3 <= n_early < K or t.shape != (K,):
+        raise ValueError(f"need times (K,) and 3 <= n_early < K = {K}")
+    if train.shape != (P,) or train.all() or not train.any():
+        raise ValueError("train must mark some (not all) of the P problems")
+    if linear_readout not in ("softmax", "family"):
+        raise ValueError("linear_readout must be 'softmax' or 'family'")
+    rho_j, t_j, s_j = jnp.asarray(rho), jnp.asarray(t), jnp.asarray(s)
+    v0 = _velocity(rho_j, t_j, velocity)
+    G = (lambda x: jnp.log(x)) if linear_readout == "softmax" else entropy.G
+    dz0 = (jnp.zeros_like(v0) if velocity == "zero"
+           else (G(rho_j[:, 1]) - G(rho_j[:, 0])) / (t_j[1] - t_j[0]))  # per unit T
+    tr_idx = np.flatnonzero(train)
+    entropy = jax.tree_util.tree_map(
+        lambda x: jnp.asarray(x, jnp.float64) if isinstance(x, (int, float)) else x, entropy)
+    span = t[n_early - 1] - t[0]
+    sigma = max(float(np.std(s)), 1e-3)
+    if guesses is None:
+        guesses = [[np.log(m * span**2), np.log(g * sigma * span), np.log(sigma)]
+                   for m, g in ((0.01, 0.3), (0.1, 1.0), (0.01, 3.0))]
+    if linear_guesses is None:
+        linear_guesses = [[np.log(a / span**2), np.log(b / span), np.log(sigma)]
+                          for a, b in ((1.0, 1.0), (10.0, 3.0), (3.0, 10.0))]
+    early, target = jnp.asarray(t[:n_early]), jnp.asarray(rho[tr_idx, :n_early])
+    common = (entropy, s_j[tr_idx], rho_j[tr_idx, 0])
+    static = dict(lm_steps=int(lm_steps), max_steps=int(max_steps), readout=linear_readout,
+                  solver=solver)
+    pf, loss_f = _best(*_fit_program(jnp.asarray(guesses, jnp.float64), *common, v0[tr_idx],
+                                     early, target, kind="fisher", **static))
+    pl, loss_l = _best(*_fit_program(jnp.asarray(linear_guesses, jnp.float64), *common,
+                                     dz0[tr_idx], early, target, kind="linear", **static))
+    pred_f, pred_l = _predict_program(pf, pl, entropy, s_j, rho_j[:, 0], v0, dz0, t_j,
+                                      max_steps=int(max_steps), readout=linear_readout,
+                                      solver=solver)
+    preds = {"fisher": np.asarray(pred_f), "linear": np.asarray(pred_l)}
+    last, prev = rho[:, n_early - 1], rho[:, n_early - 2]
+    const = np.array(rho)
+    const[:, n_early:] = last[:, None]
+    geo = np.array(rho)
+    frac = 1 + (t[n_early:] - t[n_early - 1]) / (t[n_early - 1] - t[n_early - 2])
+    geo[:, n_early:] = np.asarray(geodesic_interpolation(prev[:, None], last[:, None],
+                                                         frac[None, :]))
+    preds.update(constant=const, geodesic=geo)
+
+    held = ~train
+    per_problem = {}
+    for k, p in preds.items():
+        d = np.asarray(fisher_rao_distance(p[held, n_early:], rho[held, n_early:]))
+        per_problem[k] = np.sqrt(np.mean(d**2, -1))
+    table = np.stack([per_problem[k] for k in METHODS], -1)  # (P_held, 4)
+    u = np.arange(int(held.sum())) if units is None else np.asarray(units)[held]
+    labels, inv = np.unique(u, return_inverse=True)
+    per_unit = np.zeros((len(labels), 5))
+    np.add.at(per_unit, inv, np.concatenate([table, np.ones((len(table), 1))], -1))
+    kw = dict(level=level, n_boot=n_boot, seed=seed)
+    rms = {k: bootstrap_ci(per_unit, lambda a, j=j: a[:, j].sum() / a[:, 4].sum(), **kw)
+           for j, k in enumerate(METHODS)}
+
+    def ratio(a):
+        means = a[:, :4].sum(0) / a[:, 4].sum()
+        return float(means[0] / means[1:].min())
+
+    means = {k: v.estimate for k, v in rms.items()}
+    return HeldoutPrediction(
+        rms, per_problem, bootstrap_ci(per_unit, ratio, **kw), min(means, key=means.get),
+        tuple(float(v) for v in np.exp(np.asarray(pf))),
+        tuple(float(v) for v in np.exp(np.asarray(pl))),
+        {"fisher": loss_f, "linear": loss_l}, preds,
+    )

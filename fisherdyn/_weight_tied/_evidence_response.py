@@ -1,0 +1,194 @@
+"""Linear response of a loop map at its fixed point against `relaxation_spectrum` (issue 17).
+
+A looped model's loop $s_{l+1} = \\Phi(s_l)$ with a fixed point $s^*$ whose attention is
+$\\rho^*$ linearizes to $\\delta s_{l+1} = J\\,\\delta s_l$. If the loop is the step $h$ of the
+damped Fisher dynamics, each eigenvalue $\\lambda$ of $J$ is $e^{s h}$ for a root $s$ of
+$m s^2 + \\gamma s + \\omega_k^2 = 0$, $\\omega_k^2$ the stiffnesses of the tangent modes at
+$\\rho^*$ (docs/math.md §6): Shannon has one stiffness $\\omega^2 = T$, the under-damped modes
+share the decay rate $\\gamma/2m$, and $(m, \\gamma)$ fitted on the slowest mode fix every
+other mode's rates and damping regime. `linear_response` maps the eigenvectors into the
+attention's tangent space, fits $(m, \\gamma)$ on the slowest mode, and compares the
+remaining rates with the prediction.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from .._custom_types import ArrayLike, Float
+from .._dynamics import UNDERDAMPED, relaxation_spectrum
+from .._entropies import AbstractEntropy
+
+__all__ = ["LinearResponse", "linear_response"]
+
+
+class LinearResponse(eqx.Module):
+    """Measured against predicted rates of the tangent modes at a fixed point.
+
+    **Fields:**
+    - `mass`, `damping`: $(m, \\gamma)$ fitted on the slowest measured mode ($m = 0$ when
+      that mode has a single real root: a first-order map).
+    - `measured`: the continuous rates $\\log(\\lambda)/h$ of the eigenvalues with an
+      attention component, slowest first (complex); `predicted`: the matched prediction
+      of each (NaN where no predicted root was left); `errors`: $|s - \\hat s|/|\\hat s|$
+      per measured rate, 1 where the damping regime differs, NaN for the fitted mode.
+    - `omega2`: the predicted stiffnesses on the support (softest first); `regime_match`:
+      per measured rate, whether under-/over-damping agrees with the prediction.
+    - `measured_omega2`: the stiffness each measured rate implies at the fitted
+      $(m, \\gamma)$, $\\mathrm{Re}(-(m s^2 + \\gamma s))$ (Shannon predicts $T$ for all).
+    - `max_error`: the largest error over the non-fitted rates (the statistic of the
+      `linear_response` criterion); `within_20`: `max_error <= 0.2`.
+    - `n_unmatched`: measured rates without a predicted partner (more attention modes than
+      the dynamics has) plus predicted roots without a measured one.
+    """
+
+    mass: float
+    damping: float
+    measured: np.ndarray
+    predicted: np.ndarray
+    errors: np.ndarray
+    omega2: np.ndarray
+    measured_omega2: np.ndarray
+    regime_match: np.ndarray
+    max_error: float
+    within_20: bool
+    n_unmatched: int
+
+
+def _eigenspace_projectors(omega2, modes, rtol):
+    """For each mode, the projector onto the eigenspace of its stiffness (degenerate
+    stiffnesses, e.g. Shannon's, share one)."""
+    out = []
+    for w in omega2:
+        same = np.abs(omega2 - w) <= rtol * max(abs(w), 1e-300)
+        B = modes[:, same]
+        out.append(B @ B.T)
+    return out
+
+
+def linear_response(
+    jacobian: Float[ArrayLike, "D D"],
+    rho_star: Float[ArrayLike, " N"],
+    entropy: AbstractEntropy,
+    T: float,
+    *,
+    step: float,
+    readout: Float[ArrayLike, "N D"] | None = None,
+    scores: Float[ArrayLike, " N"] | None = None,
+    first_order: bool | None = None,
+    attention_tol: float = 1e-3,
+    min_eigenvalue: float = 1e-6,
+    degenerate_rtol: float = 1e-6,
+    support_tol: float = 1e-12,
+) -> LinearResponse:
+    """Compare a loop map's linear response at its fixed point with the Fisher spectrum.
+
+    **Arguments:**
+
+    - `jacobian`: $J = \\partial\\Phi/\\partial s$ at the fixed point, `(D, D)`, of a map on a
+      state $s$ from which the attention is linear to first order, $\\delta\\rho = R\\,\\delta s$.
+    - `rho_star`: the fixed point's attention `(N,)`. Of a sparse one only the support
+      (weights above `support_tol`) enters: the modes are those of the attention restricted
+      to it, and the rows of the readout off the support are ignored (a cutoff family's
+      zeros stay zero to first order).
+    - `entropy`, `T`: the hypothesised family and temperature (the stiffnesses
+      $\\omega_k^2$ of `relaxation_spectrum` at $\\rho^*$).
+    - `step`: the loop's time step $h$ ($c/L$); rates are $\\log(\\lambda)/h$ (principal
+      branch: a negative real eigenvalue, an overshooting map, reads as frequency $\\pi/h$).
+    - `readout`: $R$, `(N, D)`; default the identity (the map on the attention row, D = N).
+      For a map on $(\\rho, \\dot\\rho)$ it is `[I, 0]`; for coordinates $a$ in a basis $Q$ of
+      the simplex's tangent space, `[Q, 0]`.
+    - `scores`: the fixed point's scores (default $T G(\\rho^*)$, which makes it stationary;
+      they matter only for boundary modes).
+    - `first_order`: force $m = 0$ (True) or an inertial fit (False); default: inertial if
+      the slowest mode shows both roots (a complex pair or a second real root in its
+      eigenspace), else first order.
+    - `attention_tol`: eigenvectors whose tangent attention component is below this
+      fraction of the largest one are left out (modes of the rest of the state).
+    - `min_eigenvalue`: eigenvalues below this fraction of the largest modulus are left out
+      (a mode that decays by that much in one loop is not observable; the directions off
+      the simplex, which a map onto attention annihilates, land here).
+    - `degenerate_rtol`: stiffnesses this close count as one eigenspace.
+
+    **Returns:** a `LinearResponse`.
+    """
+    J = np.asarray(jacobian, np.float64)
+    rho = np.asarray(rho_star, np.float64)
+    N = rho.shape[-1]
+    R = np.eye(N) if readout is None else np.asarray(readout, np.float64)
+    if J.ndim != 2 or J.shape[0] != J.shape[1] or R.shape != (N, J.shape[0]):
+        raise ValueError(f"need a square jacobian (D, D) and readout (N, D); got {J.shape}, "
+                         f"{R.shape}")
+    # a sparse fixed point: the modes live on its support (the boundary modes of the
+    # zeros are second order in the attention, rho = x^2, and not observable in it)
+    active = rho > support_tol
+    if active.sum() < 2:
+        raise ValueError("rho_star needs at least 2 keys above support_tol")
+    rho = rho[active] / rho[active].sum()
+    R = R[active]
+    z = (T * np.asarray(entropy.G(rho)) if scores is None
+         else np.asarray(scores, np.float64)[active])
+    sp = relaxation_spectrum(entropy, jnp.asarray(z), T, mass=1.0, damping=1.0,
+                             rho=jnp.asarray(rho))
+    omega2, modes = np.asarray(sp.omega2), np.asarray(sp.modes)
+    proj = _eigenspace_projectors(omega2, modes, degenerate_rtol)
+
+    lam, V = np.linalg.eig(J)
+    x = np.sqrt(rho)
+    dx = (R @ V) / (2 * x[:, None])  # sphere-chart tangent vector of each eigenvector
+    dx = dx - np.outer(x, x @ dx)
+    size = np.linalg.norm(dx, axis=0) / np.linalg.norm(V, axis=0)
+    keep = ((np.abs(lam) > min_eigenvalue * np.max(np.abs(lam)))
+            & (size > attention_tol * size.max()))
+    lam, dx = lam[keep], dx[:, keep] / np.linalg.norm(dx[:, keep], axis=0)
+    s = np.log(lam.astype(complex)) / step
+    order = np.argsort(-s.real, kind="stable")
+    s, dx = s[order], dx[:, order]
+    overlap = np.array([[np.linalg.norm(Pk @ dx[:, j]) for Pk in proj] for j in range(len(s))])
+
+    # the slowest measured rate belongs to the eigenspace it overlaps most
+    k0 = int(np.argmax(overlap[0]))
+    w0, s0 = omega2[k0], s[0]
+    same = np.flatnonzero(overlap[:, k0] > 0.9)
+    is_complex = abs(s0.imag) > 1e-9 * abs(s0)
+    partners = [j for j in same if j != 0 and abs(s[j].imag) <= 1e-9 * abs(s[j])
+                and abs(s[j] - s0) > 1e-6 * abs(s0)]
+    if first_order or (first_order is None and not is_complex and not partners):
+        m, gamma, fitted = 0.0, float(w0 / -s0.real), [0]
+    elif is_complex:
+        m = float(w0 / abs(s0) ** 2)
+        gamma, fitted = float(-2 * s0.real * m), [0, int(np.argmin(np.abs(s - np.conj(s0))))]
+    else:
+        if not partners:
+            raise ValueError("first_order=False, but the slowest mode shows a single root")
+        j1 = max(partners, key=lambda j: s[j].real)
+        m = float(w0 / (s0.real * s[j1].real))
+        gamma, fitted = float(-(s0.real + s[j1].real) * m), [0, j1]
+
+    pred = relaxation_spectrum(entropy, jnp.asarray(z), T, mass=m, damping=gamma,
+                               rho=jnp.asarray(rho))
+    roots = np.asarray(pred.rates)[:, :1 if m == 0 else 2]  # (N-1, 1 or 2)
+    regime = np.asarray(pred.regime)
+    p_rate = roots.ravel()
+    p_mode = np.repeat(np.arange(len(omega2)), roots.shape[1])
+    cost = (np.abs(s[:, None] - p_rate[None]) / np.abs(p_rate)[None]
+            + (1 - overlap[:, p_mode]))
+    rows, cols = linear_sum_assignment(cost)
+    predicted = np.full(len(s), np.nan + 0j)
+    predicted[rows] = p_rate[cols]
+    meas_under = np.abs(s.imag) > 1e-6 * np.abs(s)
+    match = np.zeros(len(s), bool)
+    match[rows] = meas_under[rows] == (regime[p_mode[cols]] == UNDERDAMPED)
+    with np.errstate(invalid="ignore"):
+        errors = np.abs(s - predicted) / np.abs(predicted)
+    errors = np.where(np.isnan(predicted.real), np.nan, np.where(match, errors, 1.0))
+    errors[fitted] = np.nan
+    others = errors[np.isfinite(errors)]
+    max_error = float(np.max(others)) if others.size else float("nan")
+    n_unmatched = (len(s) - len(rows)) + (len(p_rate) - len(cols))
+    implied = np.real(-(m * s * s + gamma * s))
+    return LinearResponse(m, gamma, s, predicted, errors, omega2, implied, match, max_error,
+                          bool(max_error <= 0.2), int(n_unmatched))

@@ -1,0 +1,411 @@
+"""The statistical tests and the pre-registered verdict of the weight-tied study (issue 17).
+
+Each test function of the evidence modules is checked on controls whose answer is known by
+construction: paths of the library's own dynamics (where the Fisher hypothesis is true) and
+paths of other dynamics (where it is false).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.linalg import expm
+
+import fisherdyn as fd
+from fisherdyn._dynamics._coordinates import SphereCoordinates
+from fisherdyn._dynamics._system import FisherSystem, tangent_basis
+from fisherdyn._weight_tied._evidence import (
+    CRITERIA,
+    CRITERION_LEVEL,
+    INCONCLUSIVE,
+    NO,
+    NOT_APPLICABLE,
+    YES,
+    Interval,
+    bootstrap_ci,
+    holm,
+    verdict,
+)
+from fisherdyn._weight_tied._evidence_heldout import (
+    _companion_flow,
+    _linear_paths,
+    heldout_prediction,
+)
+from fisherdyn._weight_tied._evidence_paths import depth_convergence, mobility_regression
+from fisherdyn._weight_tied._evidence_response import linear_response
+
+# --------------------------------------------------------------------------- statistics
+
+
+def test_bootstrap_ci_covers_the_true_mean():
+    """Percentile bootstrap of the mean of 40 N(0, 1) draws: over 200 data sets the 95%
+    interval covers 0 in 88-99% of them (binomial sd of the coverage is 1.5%; the
+    percentile interval undercovers slightly at small n), and its half-width agrees with
+    the normal-theory 1.96 s/sqrt(n) to 15%."""
+    rng = np.random.default_rng(1)
+    covered, ratio = 0, []
+    for k in range(200):
+        x = rng.standard_normal(40)
+        iv = bootstrap_ci(x, n_boot=600, seed=k)
+        covered += iv.low <= 0.0 <= iv.high
+        ratio.append((iv.high - iv.low) / 2 / (1.96 * x.std(ddof=1) / np.sqrt(40)))
+    assert 0.88 <= covered / 200 <= 0.99
+    assert abs(np.mean(ratio) - 1) < 0.15
+
+
+def test_bootstrap_ci_resamples_units_and_single_unit():
+    """A statistic of pairs (a ratio of means) sees whole units; one unit gives an infinite
+    interval (no spread can be estimated from one trained model)."""
+    rng = np.random.default_rng(0)
+    a = np.stack([rng.uniform(1.9, 2.1, 8), np.ones(8)], -1)
+    iv = bootstrap_ci(a, lambda v: v[:, 0].mean() / v[:, 1].mean())
+    assert 1.9 < iv.low < iv.estimate < iv.high < 2.1
+    one = bootstrap_ci(a[:1])
+    assert one.low == -np.inf and one.high == np.inf and one.n_units == 1
+    # one-sided bootstrap p-values: the data are far above 1.5, not above 2.5
+    assert iv.pvalue(1.5) < 0.01 and iv.pvalue(2.5) > 0.99
+
+
+def test_holm_against_hand_computation():
+    """p = (0.01, 0.04, 0.03, 0.005): sorted 0.005*4, 0.01*3, 0.03*2, 0.04*1, made
+    monotone: (0.03, 0.06, 0.06, 0.02); a NaN is never rejected and does not count."""
+    adj, rej = holm([0.01, 0.04, 0.03, 0.005])
+    np.testing.assert_allclose(adj, [0.03, 0.06, 0.06, 0.02], rtol=1e-12)
+    np.testing.assert_array_equal(rej, [True, False, False, True])
+    adj, rej = holm([0.01, np.nan, 0.02])
+    np.testing.assert_allclose(adj, [0.02, np.nan, 0.02], rtol=1e-12)
+    np.testing.assert_array_equal(rej, [True, False, True])
+    # Holm rejects at least what Bonferroni rejects
+    p = np.random.default_rng(3).uniform(0, 0.05, 20)
+    assert np.all(holm(p)[1] >= (np.minimum(1, 20 * p) <= 0.05))
+
+
+# --------------------------------------------------------------------------- verdict
+
+
+def _iv(lo, hi):
+    return Interval(0.5 * (lo + hi), lo, hi, CRITERION_LEVEL, 4, np.array([lo, hi]))
+
+
+YES_IVS = {"depth_convergence": _iv(1.8, 2.3), "mobility_slope": _iv(0.85, 1.1),
+           "linear_response": _iv(0.02, 0.15), "heldout": _iv(0.4, 0.7)}
+
+
+def test_verdict_three_outcomes():
+    """Constructed intervals: all inside the YES regions -> YES; one inside a NO region ->
+    NO; one straddling a threshold -> INCONCLUSIVE; the point estimate never decides
+    (an interval straddling 1.5 with its estimate at 2 is INCONCLUSIVE)."""
+    v = verdict(YES_IVS)
+    assert v.overall == YES and set(v.decisions.values()) == {YES}
+    no = dict(YES_IVS, mobility_slope=_iv(-0.2, 0.3))
+    v = verdict(no)
+    assert v.overall == NO and v.decisions["mobility_slope"] == NO
+    assert verdict(dict(YES_IVS, depth_convergence=_iv(0.9, 1.1))).overall == NO
+    assert verdict(dict(YES_IVS, heldout=_iv(1.0, 1.4))).overall == NO
+    wide = Interval(2.0, 1.2, 2.8, CRITERION_LEVEL, 4, np.array([2.0]))
+    v = verdict(dict(YES_IVS, depth_convergence=wide))
+    assert v.overall == INCONCLUSIVE and v.decisions["depth_convergence"] == INCONCLUSIVE
+    # a NO elsewhere outweighs an inconclusive criterion
+    assert verdict(dict(no, depth_convergence=wide)).overall == NO
+    assert "INCONCLUSIVE" in v.table()
+
+
+def test_verdict_not_applicable_controls_and_names():
+    """Shannon's mobility criterion is N/A and does not block YES; failed controls make
+    the overall answer INCONCLUSIVE; a single unit (infinite interval) never decides;
+    misnamed criteria are refused."""
+    v = verdict(dict(YES_IVS, mobility_slope=None))
+    assert v.decisions["mobility_slope"] == NOT_APPLICABLE and v.overall == YES
+    assert verdict(YES_IVS, controls_ok=False).overall == INCONCLUSIVE
+    single = bootstrap_ci(np.array([2.0]))
+    assert verdict(dict(YES_IVS, depth_convergence=single)).overall == INCONCLUSIVE
+    with pytest.raises(ValueError, match="exactly the criteria"):
+        verdict({"depth": _iv(1, 2)})
+    assert len(CRITERIA) == 4 and abs(CRITERION_LEVEL - 0.9875) < 1e-12
+
+
+def test_verdict_reports_holm_corrected_pvalues():
+    """Replicates far on the YES side give p = 1/(B+1) before correction and k/(B+1)
+    after Holm (k = 4 applicable criteria, all equal); a criterion whose replicates sit on
+    the NO side has p = 1; N/A has NaN and shrinks k."""
+    B = 999
+    far = {"depth_convergence": 2.0, "mobility_slope": 1.0, "linear_response": 0.05,
+           "heldout": 0.5}
+    ivs = {k: Interval(v, v, v, CRITERION_LEVEL, 4, np.full(B, v)) for k, v in far.items()}
+    v = verdict(ivs)
+    assert all(abs(p - 1 / (B + 1)) < 1e-15 for p in v.pvalues.values())
+    assert all(abs(p - 4 / (B + 1)) < 1e-15 for p in v.holm_pvalues.values())
+    bad = dict(ivs, heldout=Interval(1.2, 1.2, 1.2, CRITERION_LEVEL, 4, np.full(B, 1.2)))
+    assert verdict(bad).pvalues["heldout"] == 1.0
+    na = verdict(dict(ivs, mobility_slope=None))
+    assert np.isnan(na.pvalues["mobility_slope"])
+    assert abs(na.holm_pvalues["depth_convergence"] - 3 / (B + 1)) < 1e-15
+    assert "p_holm" in na.table()
+
+
+# --------------------------------------------------------------------------- paths
+
+P_, N_ = 12, 6
+_rng = np.random.default_rng(0)
+Z = _rng.normal(size=(P_, N_)) * 1.5
+R0 = _rng.dirichlet(2 * np.ones(N_), size=P_)
+UNITS = np.arange(P_) % 4  # four "trained models" of three problems each
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _euler_paths(x0, z, h, n):
+    """Explicit Euler at step h of the overdamped vector field simulate integrates (the
+    sphere chart's), n steps, t = 0 included: a first-order scheme."""
+    sys = FisherSystem(fd.Shannon(), z, jnp.asarray(1.0), jnp.asarray(1.0), jnp.asarray(1.0))
+    field = SphereCoordinates().overdamped_field
+
+    def step(x, _):
+        x = x + h * field(0.0, x, sys)
+        return x, x**2 / jnp.sum(x**2)
+
+    return jnp.concatenate([x0[None] ** 2, jax.lax.scan(step, x0, None, length=n)[1]])
+
+
+def test_depth_convergence_controls():
+    """Euler paths of the library's flow at steps 2/8, 2/16, 2/32: ratio 2 for a
+    first-order scheme (within [1.8, 2.4], interval included; the O(h) term dominates at
+    these steps); independent random walks per loop count: no convergence, the interval
+    lies in the NO region (<= 1.2)."""
+    paths = [np.asarray(jax.vmap(_euler_paths, (0, 0, None, None))(
+        jnp.sqrt(jnp.asarray(R0)), jnp.asarray(Z), 2.0 / n, n)) for n in (8, 16, 32)]
+    dc = depth_convergence(*paths, units=UNITS)
+    assert 1.8 <= dc.ratio.low <= dc.ratio.estimate <= dc.ratio.high <= 2.4
+    assert abs(dc.order - 1) < 0.2 and dc.gap_L_2L > dc.gap_2L_4L > 0
+    assert CRITERIA[0].decide(dc.ratio) == YES
+    # without t = 0 on the grids: the same numbers
+    dc0 = depth_convergence(*(p[:, 1:] for p in paths), units=UNITS)
+    np.testing.assert_allclose(dc0.ratio.estimate, dc.ratio.estimate, rtol=1e-12)
+    rng = np.random.default_rng(5)
+    walks = [np.asarray(jax.nn.softmax(jnp.cumsum(0.3 * jnp.asarray(
+        rng.normal(size=(P_, n + 1, N_))), 1), -1)) for n in (8, 16, 32)]
+    bad = depth_convergence(*walks, units=UNITS)
+    assert bad.ratio.high <= 1.2 and CRITERIA[0].decide(bad.ratio) == NO
+    with pytest.raises(ValueError, match="loops"):
+        depth_convergence(paths[0], paths[0], paths[2])
+
+
+FAMS = {"shannon": fd.Shannon(), "tsallis": fd.Tsallis(1.5), "kaniadakis": fd.Kaniadakis(0.3)}
+TS = np.linspace(0.0, 3.0, 13)
+
+
+@functools.cache
+def _flow_paths(name):
+    """Overdamped Fisher flow of one family (T = 1, gamma = 1.3) at 13 loop times."""
+    tr = fd.simulate(FAMS[name], Z, 1.0, mass=0.0, damping=1.3, rho0=R0, t1=3.0,
+                     saveat=TS, rtol=1e-10, atol=1e-12)
+    return np.asarray(tr.rho)
+
+
+@pytest.mark.parametrize("name", ["tsallis", "kaniadakis"])
+def test_mobility_own_family_slope_one(name):
+    """Paths of family F's flow regressed with F's mobility: slope 1 to 3%, the interval
+    within [0.9, 1.1] (each rate is a finite difference over a step of 0.25 relaxation
+    times, an O(h^2) bias of about 1% for Kaniadakis' stiff small weights, which a tight
+    interval may exclude 1 by), and the intercept recovers gamma = 1.3 to 10%."""
+    mr = mobility_regression(_flow_paths(name), TS, Z, FAMS[name], 1.0, units=UNITS)
+    s = mr.slope
+    assert abs(s.estimate - 1) < 0.03 and 0.9 <= s.low and s.high <= 1.1
+    assert abs(mr.damping / 1.3 - 1) < 0.1 and mr.n_points > 300
+    assert CRITERIA[1].decide(s) == YES
+
+
+@pytest.mark.parametrize("paths, family, how", [
+    ("shannon", "tsallis", "rho*"), ("shannon", "kaniadakis", "rho*"), ("linear", "tsallis", "z*"),
+    ("linear", "kaniadakis", "z*")])
+def test_mobility_wrong_mobility_slope_near_zero(paths, family, how):
+    """A mobility that ignores F: Shannon's Fisher flow read in F's scores (target: its
+    own fixed point, of full support), and a linear relaxation z(t) = z* + (z0 - z*)e^{-t}
+    of F's scores pushed through F's stationary law. Both predict a rate that does not grow
+    with rho G'(rho): the slope interval lies below 0.5 (NO region), far from 1."""
+    e = FAMS[family]
+    if paths == "shannon":
+        rho = _flow_paths("shannon")
+        target = dict(target_scores=None, target_rho=np.asarray(fd.stationary(fd.Shannon(), Z)))
+    else:
+        z0 = np.asarray(e.G(R0))
+        zt = Z[:, None] + (z0 - Z)[:, None] * np.exp(-TS)[None, :, None]
+        rho = np.asarray(fd.stationary(e, zt, 1.0))
+        target = dict(target_scores=Z)
+    mr = mobility_regression(rho, TS, entropy=e, T=1.0, units=UNITS, **target)
+    assert mr.slope.high <= 0.5 and CRITERIA[1].decide(mr.slope) == NO
+
+
+def test_mobility_shannon_has_no_regressor():
+    """Shannon's rho G'(rho) = 1: the slope is undefined (NaN) and the criterion cannot
+    say YES or NO; a sparse target_rho is refused."""
+    mr = mobility_regression(_flow_paths("shannon"), TS, Z, fd.Shannon(), 1.0, units=UNITS)
+    assert np.isnan(mr.slope.estimate) and CRITERIA[1].decide(mr.slope) == INCONCLUSIVE
+    with pytest.raises(ValueError, match="sparse"):
+        mobility_regression(_flow_paths("tsallis"), TS, None, FAMS["tsallis"],
+                            target_rho=np.asarray(fd.stationary(FAMS["tsallis"], Z)))
+
+
+# --------------------------------------------------------------------------- linear response
+
+ZR = np.array([1.0, 0.3, -0.5, 0.2, -1.1])
+QR = np.asarray(tangent_basis(jnp.ones(5) / np.sqrt(5)))  # orthonormal, sum-zero columns
+
+
+def _step_jacobian(entropy, m, gamma, h, eps=1e-5):
+    """The Jacobian of simulate's step map over time h at the fixed point, by central
+    differences in coordinates (a, b) of the tangent space, rho = rho* + Q a,
+    rho_dot = Q b (just a for m = 0); all perturbed starts in one batched solve at rtol
+    1e-12, so the Jacobian is exact to ~1e-7."""
+    rs = np.asarray(fd.stationary(entropy, ZR, 1.0))
+    n = len(ZR) - 1
+    D = n if m == 0 else 2 * n
+    dirs = np.concatenate([np.eye(D), -np.eye(D)]) * eps
+    r0 = rs + dirs[:, :n] @ QR.T
+    kw = {} if m == 0 else dict(velocity0=dirs[:, n:] @ QR.T)
+    tr = fd.simulate(entropy, np.broadcast_to(ZR, r0.shape), 1.0, mass=m, damping=gamma,
+                     rho0=r0, t1=h, saveat=np.array([h]), rtol=1e-12, atol=1e-14,
+                     solver="dopri8", **kw)
+    out = (np.asarray(tr.rho_final) - rs) @ QR
+    if m:
+        out = np.concatenate([out, np.asarray(tr.rho_dot_final) @ QR], -1)
+    R = QR if m == 0 else np.concatenate([QR, np.zeros((len(ZR), n))], 1)
+    return ((out[:D] - out[D:]) / (2 * eps)).T, rs, R
+
+
+def test_linear_response_of_the_library_step_map():
+    """Kaniadakis 0.3 at m = 1, gamma = 2: two over-damped and two under-damped modes.
+    (m, gamma) fitted on the slowest mode come back to 1e-6 and every other rate and regime
+    is predicted to 1e-6 relative (the finite-difference Jacobian is exact to ~1e-7), far
+    inside the 20% criterion."""
+    e = fd.Kaniadakis(0.3)
+    regimes = np.asarray(fd.relaxation_spectrum(e, ZR, 1.0, mass=1.0, damping=2.0).regime)
+    assert set(regimes.tolist()) == {fd.UNDERDAMPED, fd.OVERDAMPED}
+    J, rs, R = _step_jacobian(e, 1.0, 2.0, 0.25)
+    lr = linear_response(J, rs, e, 1.0, step=0.25, readout=R)
+    assert abs(lr.mass - 1) < 1e-6 and abs(lr.damping - 2) < 1e-6
+    assert lr.max_error < 1e-6 and lr.within_20 and lr.n_unmatched == 0
+    assert np.all(lr.regime_match) and len(lr.measured) == 8
+    # each measured root implies its mode's stiffness (both roots of a mode the same one)
+    np.testing.assert_allclose(np.sort(lr.measured_omega2), np.repeat(lr.omega2, 2), rtol=1e-6)
+    assert CRITERIA[2].decide(Interval(lr.max_error, 0.0, lr.max_error, 0.99, 4,
+                                       np.zeros(1))) == YES
+    # the same map in attention coordinates (rho, rho_dot), D = 2N: the directions off the
+    # simplex are annihilated (eigenvalue 0, left out) and nothing changes
+    B = np.kron(np.eye(2), QR)
+    att = linear_response(B @ J @ B.T, rs, e, 1.0, step=0.25,
+                          readout=np.concatenate([np.eye(5), np.zeros((5, 5))], 1))
+    np.testing.assert_allclose(att.measured, lr.measured, rtol=1e-9)
+    assert att.max_error < 1e-6 and att.n_unmatched == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, m, gamma", [("shannon", 1.0, 0.3), ("kaniadakis", 0.0, 1.0),
+                                            ("tsallis", 0.3, 1.0)])
+def test_linear_response_more_regimes(name, m, gamma):
+    """Shannon under-damped (one stiffness T: all modes share rate and frequency), the
+    first-order map of the overdamped flow (m = 0 fitted), Tsallis 0.7 spread spectrum:
+    errors below 1e-6."""
+    e = {"shannon": fd.Shannon(), "kaniadakis": fd.Kaniadakis(0.3),
+         "tsallis": fd.Tsallis(0.7)}[name]
+    J, rs, R = _step_jacobian(e, m, gamma, 0.25)
+    lr = linear_response(J, rs, e, 1.0, step=0.25, readout=R)
+    assert abs(lr.mass - m) < 1e-6 and abs(lr.damping - gamma) < 1e-6
+    assert lr.max_error < 1e-6 and lr.n_unmatched == 0
+    if name == "shannon":
+        np.testing.assert_allclose(lr.omega2, 1.0, rtol=1e-10)
+        np.testing.assert_allclose(lr.measured_omega2, 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_linear_response_random_contraction_fails(seed):
+    """Random contractions (spectral radius 0.9) on the same state spaces: their rates are
+    not those of any (m, gamma) of the family, the error exceeds the 20% criterion."""
+    rho = np.asarray(fd.stationary(fd.Kaniadakis(0.3), ZR, 1.0))
+    rng = np.random.default_rng(seed)
+    for D, R in [(4, QR), (8, np.concatenate([QR, np.zeros((5, 4))], 1))]:
+        A = rng.normal(size=(D, D))
+        A *= 0.9 / np.max(np.abs(np.linalg.eigvals(A)))
+        lr = linear_response(A, rho, fd.Kaniadakis(0.3), 1.0, step=0.25, readout=R)
+        assert lr.max_error > 0.2 and not lr.within_20
+
+
+# --------------------------------------------------------------------------- held-out
+
+TH = np.arange(13) * 0.5
+TRAIN = np.arange(P_) < 6  # 6 fitting, 6 held-out problems (two per unit)
+
+
+def test_companion_flow_matches_expm():
+    """The closed-form flow of u'' + b u' + a u = 0 against scipy's matrix exponential of
+    the companion matrix, under-, over- and (nearly) critically damped: 1e-13."""
+    for a, b in [(2.0, 1.0), (0.25, 1.0), (0.25 + 1e-7, 1.0), (0.1, 3.0)]:
+        for t in (0.0, 0.5, 3.0):
+            E = expm(np.array([[0.0, 1.0], [-a, -b]]) * t)
+            p = _companion_flow(jnp.asarray(a), jnp.asarray(b), jnp.asarray(t))
+            np.testing.assert_allclose(np.asarray(p), E[0], rtol=0, atol=1e-13)
+
+
+def test_heldout_refuses_bad_splits():
+    """Splits that leave nothing to fit or predict are refused before any compilation."""
+    paths = np.full((4, 6, 3), 1 / 3)
+    for kw in [dict(train=np.ones(4, bool), n_early=3), dict(train=np.arange(4) < 2, n_early=6),
+               dict(train=np.arange(4) < 2, n_early=2)]:
+        with pytest.raises(ValueError):
+            heldout_prediction(paths, np.arange(6.0), np.zeros((4, 3)), fd.Shannon(), **kw)
+
+
+@pytest.mark.slow
+def test_heldout_fisher_paths_prefer_fisher():
+    """Paths of simulate (Kaniadakis 0.3, m = 0.5, gamma = 1, T = 0.8, zero initial
+    velocity): the shared-parameter Fisher fit recovers (m, gamma, T) to 1e-4 (the data are
+    exact), predicts the held-out problems' later loops best, and its ratio to the best
+    baseline lies in the YES region (<= 0.9)."""
+    e = fd.Kaniadakis(0.3)
+    tr = fd.simulate(e, Z, 0.8, mass=0.5, damping=1.0, rho0=R0, t1=TH[-1], saveat=TH,
+                     rtol=1e-10, atol=1e-12)
+    hp = heldout_prediction(np.asarray(tr.rho), TH, Z, e, train=TRAIN, n_early=6, units=UNITS)
+    np.testing.assert_allclose(hp.fisher_params, (0.5, 1.0, 0.8), rtol=1e-4)
+    assert hp.best == "fisher" and hp.rms["fisher"].high < 1e-4
+    assert hp.ratio.high <= 0.9 and CRITERIA[3].decide(hp.ratio) == YES
+    assert hp.rms["linear"].estimate > 10 * hp.rms["fisher"].estimate
+
+
+@pytest.mark.slow
+def test_heldout_linear_paths_prefer_linear():
+    """Paths of the linear score-space baseline (a = 2, b = 1, T = 0.8, softmax readout):
+    the baseline recovers its parameters to 1e-4 and wins; the Fisher ratio lies in the NO
+    region (>= 1)."""
+    lin, _ = _linear_paths(jnp.log(jnp.array([2.0, 1.0, 0.8])), fd.Shannon(), jnp.asarray(Z),
+                           jnp.asarray(R0), jnp.zeros((P_, N_)), jnp.asarray(TH), "softmax")
+    hp = heldout_prediction(np.asarray(lin), TH, Z, fd.Shannon(), train=TRAIN, n_early=6,
+                            units=UNITS)
+    np.testing.assert_allclose(hp.linear_params, (2.0, 1.0, 0.8), rtol=1e-4)
+    assert hp.best == "linear" and hp.ratio.low >= 1.0
+    assert CRITERIA[3].decide(hp.ratio) == NO
+
+
+@pytest.mark.slow
+def test_linear_response_sparse_fixed_point():
+    """Tsallis 1.5 with a sparse fixed point: the step map of simulate on the support
+    (perturbations that keep the zeros at zero; the sphere chart keeps x_i = 0 invariant)
+    is predicted from the modes of the support to 1e-6."""
+    e, z = fd.Tsallis(1.5), np.array([1.0, 0.8, 0.3, -1.5, -2.0])
+    rs = np.asarray(fd.stationary(e, z, 1.0))
+    act = rs > 0
+    assert 2 < act.sum() < 5
+    Qs = np.zeros((5, act.sum() - 1))
+    Qs[act] = np.asarray(tangent_basis(jnp.ones(act.sum()) / np.sqrt(act.sum())))
+    n, eps, h = Qs.shape[1], 1e-5, 0.25
+    dirs = np.concatenate([np.eye(2 * n), -np.eye(2 * n)]) * eps
+    tr = fd.simulate(e, np.broadcast_to(z, (4 * n, 5)), 1.0, mass=1.0, damping=1.5,
+                     rho0=rs + dirs[:, :n] @ Qs.T, velocity0=dirs[:, n:] @ Qs.T, t1=h,
+                     saveat=np.array([h]), rtol=1e-12, atol=1e-14, solver="dopri8")
+    out = np.concatenate([(np.asarray(tr.rho_final) - rs) @ Qs,
+                          np.asarray(tr.rho_dot_final) @ Qs], -1)
+    J = ((out[:2 * n] - out[2 * n:]) / (2 * eps)).T
+    lr = linear_response(J, rs, e, 1.0, step=h,
+                         readout=np.concatenate([Qs, np.zeros((5, n))], 1), scores=z)
+    assert abs(lr.mass - 1) < 1e-6 and abs(lr.damping - 1.5) < 1e-6
+    assert lr.max_error < 1e-6 and lr.n_unmatched == 0 and len(lr.omega2) == n
