@@ -25,7 +25,51 @@ from ._paths import (
     evaluate_looped as evaluate_looped,
     extract_paths as extract_paths,
 )
-from ._task import RecallBatch as RecallBatch, recall_task as recall_task
+from ._fisher_loop import (
+    AbstractCarriedLoop as AbstractCarriedLoop,
+    FisherLoop as FisherLoop,
+    LinearScoreLoop as LinearScoreLoop,
+    fisher_loop_step as fisher_loop_step,
+    fisher_score_dynamics as fisher_score_dynamics,
+    linear_score_dynamics as linear_score_dynamics,
+    linear_score_step as linear_score_step,
+)
+from ._fixed_point import (
+    FixedPointReport as FixedPointReport,
+    fixed_point_report as fixed_point_report,
+    loop_jacobian as loop_jacobian,
+)
+from ._evidence import (
+    CRITERIA as CRITERIA,
+    CRITERION_LEVEL as CRITERION_LEVEL,
+    Criterion as Criterion,
+    Interval as Interval,
+    Verdict as Verdict,
+    bootstrap_ci as bootstrap_ci,
+    holm as holm,
+    verdict as verdict,
+)
+from ._evidence_paths import (
+    DepthConvergence as DepthConvergence,
+    MobilityRegression as MobilityRegression,
+    depth_convergence as depth_convergence,
+    mobility_regression as mobility_regression,
+)
+from ._evidence_response import (
+    LinearResponse as LinearResponse,
+    linear_response as linear_response,
+)
+from ._evidence_heldout import (
+    HeldoutPrediction as HeldoutPrediction,
+    heldout_prediction as heldout_prediction,
+)
+from ._task import (
+    PointerBatch as PointerBatch,
+    RecallBatch as RecallBatch,
+    pointer_task as pointer_task,
+    recall_task as recall_task,
+    task_batch as task_batch,
+)
 
 if typing.TYPE_CHECKING:
     from ._training import TrainedLooped as TrainedLooped, train_looped as train_looped

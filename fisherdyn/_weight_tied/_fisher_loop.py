@@ -25,8 +25,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
 from .._custom_types import Array, ArrayLike, Float
-from .._dynamics._coordinates import SphereCoordinates
-from .._dynamics._system import FisherSystem
+from .._dynamics import FisherSystem, SphereCoordinates
 from .._entropies import AbstractEntropy, Shannon
 from .._stationary import stationary
 
