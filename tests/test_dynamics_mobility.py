@@ -1,4 +1,4 @@
-"""The score-space form of the overdamped Fisher flow (docs/math.md §6, issue 17 test 2).
+"""The score-space form of the overdamped Fisher flow (docs/math.md §6).
 
 `simulate(..., mass=0)` integrates $\\gamma\\dot\\rho_i = \\rho_i(\\lambda - g_i)$ with
 $g_i = -z^*_i + T G(\\rho_i)$ (separable families, $h = -G$) and $\\lambda = \\sum\\rho g$. The

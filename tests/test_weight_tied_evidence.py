@@ -1,4 +1,4 @@
-"""The statistical tests and the pre-registered verdict of the weight-tied study (issue 17).
+"""The statistical tests and the pre-registered verdict of the weight-tied study.
 
 Each test function of the evidence modules is checked on controls whose answer is known by
 construction: paths of the library's own dynamics (where the Fisher hypothesis is true) and

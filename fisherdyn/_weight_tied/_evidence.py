@@ -1,4 +1,4 @@
-"""Statistics and the pre-registered verdict of the weight-tied study (issue 17).
+"""Statistics and the pre-registered verdict of the weight-tied study.
 
 The unit of replication is the trained model (one seed): `bootstrap_ci` resamples units,
 `holm` corrects p-values across the tests, and `verdict` applies criteria that are fixed

@@ -1,4 +1,4 @@
-"""Held-out prediction of attention paths: the Fisher model against its baselines (issue 17).
+"""Held-out prediction of attention paths: the Fisher model against its baselines.
 
 One head's paths are split two ways: problems into training and held-out ones, loops into
 early ones (seen) and later ones (predicted). Each model has the same few parameters for

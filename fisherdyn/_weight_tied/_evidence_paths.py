@@ -1,4 +1,4 @@
-"""Evidence from attention paths: depth convergence and the score-space mobility (issue 17).
+"""Evidence from attention paths: depth convergence and the score-space mobility.
 
 Both take measured paths as arrays, `(P, K, N)`: P problems (rows of attention of one head,
 or several heads and models stacked), K loops, N keys. The unit of the bootstrap is given by

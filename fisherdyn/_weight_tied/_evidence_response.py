@@ -1,4 +1,4 @@
-"""Linear response of a loop map at its fixed point against `relaxation_spectrum` (issue 17).
+"""Linear response of a loop map at its fixed point against `relaxation_spectrum`.
 
 A looped model's loop $s_{l+1} = \\Phi(s_l)$ with a fixed point $s^*$ whose attention is
 $\\rho^*$ linearizes to $\\delta s_{l+1} = J\\,\\delta s_l$. If the loop is the step $h$ of the
