@@ -116,6 +116,11 @@ def simulate_command(args: argparse.Namespace) -> int:
         print(f"fisherdyn simulate: error: the solver stopped: {result}{hint}", file=sys.stderr)
         return 1
     st = np.asarray(fd.stationary(args.entropy, z, args.T))
+    if not (np.all(np.isfinite(np.asarray(tr.rho_final))) and np.all(np.isfinite(st))):
+        # a runtime check that fired as NaN (EQX_ON_ERROR=nan), never printed as a result
+        print("fisherdyn simulate: error: the computation returned non-finite weights",
+              file=sys.stderr)
+        return 1
     sp = fd.relaxation_spectrum(
         args.entropy, z, args.T, mass=args.mass, damping=args.damping, rho=st
     )
