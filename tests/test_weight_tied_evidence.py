@@ -331,6 +331,19 @@ def test_linear_response_random_contraction_fails(seed):
         assert lr.max_error > 0.2 and not lr.within_20
 
 
+def test_linear_response_of_an_expanding_map_is_no():
+    """The library's step map scaled by 1.05 (spectral radius above 1, as measured on
+    trained looped transformers whose residual stream does not settle): its slowest mode
+    grows, which no damped dynamics does, so every error is 1 and the criterion says NO."""
+    e = fd.Kaniadakis(0.3)
+    J, rs, R = _step_jacobian(e, 1.0, 2.0, 0.25)
+    lam = np.linalg.eigvals(J)
+    J = J * 1.05 / np.max(np.abs(lam))
+    lr = linear_response(J, rs, e, 1.0, step=0.25, readout=R)
+    assert lr.measured[0].real > 0 and lr.max_error == 1.0 and np.isnan(lr.damping)
+    assert CRITERIA[2].decide(Interval(1.0, 1.0, 1.0, 0.99, 4, np.ones(1))) == NO
+
+
 # --------------------------------------------------------------------------- held-out
 
 TH = np.arange(13) * 0.5

@@ -196,6 +196,39 @@ def test_fisher_model_attention_follows_simulate_piecewise():
                                            rtol=0, atol=1e-6)
 
 
+def test_frozen_score_fisher_model_is_one_relaxation_and_its_modes_are_the_spectrum():
+    # With frozen scores the loop's attention is one damped relaxation toward fixed scores.
+    # Reference 1: a single fd.simulate over the whole depth (rtol 1e-10), sampled at every
+    # loop end (tolerance 1e-6: RK4, 6 substeps of 0.25/6 per loop). Reference 2: the
+    # eigenvalues of the loop map's Jacobian with an attention component are exp(s h) for
+    # the roots s of relaxation_spectrum at the fixed point (the state is block triangular:
+    # the carried attention does not see the residual stream), so linear_response's
+    # errors are round-off (< 1e-4: the fixed point is reached to ~1e-9 after 400 loops).
+    cfg = dataclasses.replace(FISHER_TINY, frozen_scores=True, entropy=fd.Kaniadakis(0.3))
+    model = _f64(init_looped(cfg, jr.PRNGKey(1)))
+    probs = _pointer_problems(cfg)
+    paths = fd.extract_paths(model, probs, dtype=jnp.float64)
+    z = paths.scores[0, 0]
+    np.testing.assert_allclose(np.asarray(paths.scores[:, 0]),
+                               np.broadcast_to(np.asarray(z), paths.scores[:, 0].shape),
+                               rtol=0, atol=1e-12)
+    ts = np.asarray(paths.attn_t)
+    for h in range(cfg.n_heads):
+        tr = fd.simulate(cfg.entropy, z[h], model.T, mass=0.6, damping=0.9, t1=float(ts[-1]),
+                         saveat=jnp.asarray(ts), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(paths.attn[:, 0, h]), np.asarray(tr.rho),
+                                   rtol=0, atol=1e-6)
+    rep = fd.fixed_point_report(model, probs.tokens[:1], 400, n_inits=1)
+    assert float(rep.carry_residual[0]) < 1e-8
+    for h in range(cfg.n_heads):
+        lr = fd.linear_response(rep.jacobian[0], rep.attn[0, h], cfg.entropy, model.T,
+                                step=model.dt, readout=rep.attn_jacobian[0, h],
+                                scores=rep.scores[0, h])
+        assert lr.max_error < 1e-4, lr.errors
+        np.testing.assert_allclose(lr.mass, 0.6, rtol=1e-4)
+        np.testing.assert_allclose(lr.damping, 0.9, rtol=1e-4)
+
+
 def test_fisher_loop_step_gradients_match_finite_differences():
     # Reference: central finite differences (step 1e-6, float64: truncation ~1e-12,
     # agreement 1e-6 relative) of a weighted sum of the weights after one loop, in the

@@ -40,7 +40,9 @@ class LinearResponse(eqx.Module):
     - `measured_omega2`: the stiffness each measured rate implies at the fitted
       $(m, \\gamma)$, $\\mathrm{Re}(-(m s^2 + \\gamma s))$ (Shannon predicts $T$ for all).
     - `max_error`: the largest error over the non-fitted rates (the statistic of the
-      `linear_response` criterion); `within_20`: `max_error <= 0.2`.
+      `linear_response` criterion); `within_20`: `max_error <= 0.2`. A slowest mode that
+      does not decay ($\\mathrm{Re}\\,s \\ge 0$, e.g. a loop map with spectral radius above
+      1) has no damped counterpart: every error is then 1 and `mass`, `damping` are NaN.
     - `n_unmatched`: measured rates without a predicted partner (more attention modes than
       the dynamics has) plus predicted roots without a measured one.
     """
@@ -149,6 +151,14 @@ def linear_response(
     s, dx = s[order], dx[:, order]
     overlap = np.array([[np.linalg.norm(Pk @ dx[:, j]) for Pk in proj] for j in range(len(s))])
 
+    if s.size == 0:
+        raise ValueError("no eigenvector of the jacobian has an attention component")
+    if s[0].real >= 0:
+        # a mode that does not decay: no damped dynamics (gamma > 0) has one
+        errors = np.ones(len(s))
+        return LinearResponse(float("nan"), float("nan"), s, np.full(len(s), np.nan + 0j),
+                              errors, omega2, np.full(len(s), np.nan), np.zeros(len(s), bool),
+                              1.0, False, len(s))
     # the slowest measured rate belongs to the eigenspace it overlaps most
     k0 = int(np.argmax(overlap[0]))
     w0, s0 = omega2[k0], s[0]

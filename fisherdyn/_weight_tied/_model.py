@@ -39,7 +39,7 @@ _TASKS = ("recall", "pointer")
 _LOOP_KINDS = ("transformer", "fisher", "linear")
 # fields added after the first cached weights: omitted from the fingerprint at these values
 _LATER_DEFAULTS = dict(task="recall", hops=1, loop_kind="transformer", mass=1.0, damping=1.0,
-                       learn_T=False, substeps=4)
+                       learn_T=False, substeps=4, frozen_scores=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +62,10 @@ class LoopedConfig:
       `"linear"` (a `LinearScoreLoop`: linear second-order dynamics in score space, the
       negative control). `mass`, `damping`: their initial $m$ and $\\gamma$ per head;
       `learn_T`: also learn T per head (initialized at the temperature); `substeps`: RK4
-      steps per loop of the Fisher dynamics.
+      steps per loop of the Fisher dynamics. `frozen_scores`: queries and keys read the
+      input embedding only, so every loop sees the same scores (for `"fisher"`: the
+      attention is then exactly the damped relaxation toward fixed scores, the positive
+      control of the fixed-target tests; for `"transformer"` the attention is constant).
 
     Fields at their defaults are left out of the cache fingerprint, so the weights cached
     for a config are found whatever fields were added later.
@@ -87,6 +90,7 @@ class LoopedConfig:
     damping: float = 1.0
     learn_T: bool = False
     substeps: int = 4
+    frozen_scores: bool = False
 
     def __post_init__(self):
         check_entropy(self.entropy)
@@ -252,7 +256,9 @@ class LoopedTransformer(eqx.Module):
         and the carried attention state after the loop."""
         u = x + e
         y = jax.vmap(self.ln_attn)(u)
-        q, k, v = self._heads(self.wq, y), self._heads(self.wk, y), self._heads(self.wv, y)
+        # frozen: the scores of x = 0, the same at every loop
+        ys = jax.vmap(self.ln_attn)(e) if self.config.frozen_scores else y
+        q, k, v = self._heads(self.wq, ys), self._heads(self.wk, ys), self._heads(self.wv, y)
         scores = jnp.einsum("hqd,hkd->hqk", q, k)
         if self.loop is None:
             rho = stationary(self.config.entropy, scores, self.config.temperature)
