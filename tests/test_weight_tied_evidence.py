@@ -168,6 +168,21 @@ def _euler_paths(x0, z, h, n):
     return jnp.concatenate([x0[None] ** 2, jax.lax.scan(step, x0, None, length=n)[1]])
 
 
+def test_depth_convergence_of_step_independent_paths_is_infinite():
+    """Paths that do not depend on the step (an exact integrator) up to round-off of 1e-14:
+    gap(L, 2L) is below the floor, so the ratio is +inf (YES), not round-off over round-off;
+    with the floor at 0 the same data give a ratio near 1 (NO), which is why it exists."""
+    rng = np.random.default_rng(0)
+    base = rng.dirichlet(np.ones(5), size=(8, 33))
+    runs = [base[:, ::4], base[:, ::2], base]
+    noisy = [r + 1e-14 * rng.normal(size=r.shape) for r in runs]
+    noisy = [np.abs(r) / np.abs(r).sum(-1, keepdims=True) for r in noisy]
+    dc = depth_convergence(*noisy, units=np.arange(8) % 4)
+    assert np.isinf(dc.ratio.estimate) and CRITERIA[0].decide(dc.ratio) == YES
+    raw = depth_convergence(*noisy, units=np.arange(8) % 4, floor=0.0)
+    assert raw.ratio.estimate < 3
+
+
 def test_depth_convergence_controls():
     """Euler paths of the library's flow at steps 2/8, 2/16, 2/32: ratio 2 for a
     first-order scheme (within [1.8, 2.4], interval included; the O(h) term dominates at

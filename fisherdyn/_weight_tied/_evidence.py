@@ -119,7 +119,8 @@ def bootstrap_ci(
     **Arguments:**
 
     - `values`: shape `(units, ...)`; NaN entries are allowed if `statistic` ignores them
-      (the default does).
+      (the default does). Replicates whose statistic is NaN are left out of the
+      quantiles; infinite ones are kept.
     - `statistic`: maps an array of the same shape (resampled units) to a float; default
       the mean over everything (`np.nanmean`). A ratio of means, e.g.
       `lambda a: a[:, 0].mean() / a[:, 1].mean()`, is a statistic of pairs.
@@ -142,11 +143,14 @@ def bootstrap_ci(
         return Interval(est, -np.inf, np.inf, float(level), 1, np.full(1, est))
     idx = np.random.default_rng(seed).integers(0, n, size=(int(n_boot), n))
     reps = np.array([float(stat(a[i])) for i in idx])
-    finite = reps[np.isfinite(reps)]
-    if finite.size == 0:
+    kept = reps[~np.isnan(reps)]
+    if kept.size == 0:
         return Interval(est, float("nan"), float("nan"), float(level), n, reps)
     alpha = 1 - level
-    lo, hi = np.quantile(finite, [alpha / 2, 1 - alpha / 2])
+    # an infinite replicate (e.g. a ratio over a zero gap) is a value, not a gap: quantiles
+    # without interpolation keep it
+    method = "linear" if np.all(np.isfinite(kept)) else "inverted_cdf"
+    lo, hi = np.quantile(kept, [alpha / 2, 1 - alpha / 2], method=method)
     return Interval(est, float(lo), float(hi), float(level), n, reps)
 
 

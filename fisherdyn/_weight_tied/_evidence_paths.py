@@ -100,6 +100,7 @@ def depth_convergence(
     level: float = 0.95,
     n_boot: int = 2000,
     seed: int = 0,
+    floor: float = 1e-9,
 ) -> DepthConvergence:
     """Whether paths run at L, 2L, 4L loops (step $c/n$) converge at equal $t$.
 
@@ -110,6 +111,9 @@ def depth_convergence(
     - `units`: a label per problem (the trained model it came from); default one unit
       per problem.
     - `level`, `n_boot`, `seed`: the bootstrap of the ratio (see `bootstrap_ci`).
+    - `floor`: a pooled gap(L, 2L) at or below this Fisher-Rao rms means the paths do not
+      depend on the step (an exact integrator: the continuum limit is reached at L), and
+      the ratio is $+\infty$ rather than a ratio of round-off.
 
     **Returns:** a `DepthConvergence`.
     """
@@ -131,7 +135,10 @@ def depth_convergence(
                        inv, n)
 
     def ratio(s):
-        return float(np.sqrt(s[:, 0].sum() / s[:, 1].sum()))
+        num, den = s[:, 0].sum(), s[:, 1].sum()
+        if num <= floor**2 * s[:, 2].sum():
+            return float("inf")
+        return float(np.sqrt(num / den))
 
     iv = bootstrap_ci(ss, ratio, level=level, n_boot=n_boot, seed=seed)
     g1, g2 = np.sqrt(d1.mean()), np.sqrt(d2.mean())
