@@ -113,7 +113,7 @@ def depth_convergence(
     - `level`, `n_boot`, `seed`: the bootstrap of the ratio (see `bootstrap_ci`).
     - `floor`: a pooled gap(L, 2L) at or below this Fisher-Rao rms means the paths do not
       depend on the step (an exact integrator: the continuum limit is reached at L), and
-      the ratio is $+\infty$ rather than a ratio of round-off.
+      the ratio is $+\\infty$ rather than a ratio of round-off.
 
     **Returns:** a `DepthConvergence`.
     """
