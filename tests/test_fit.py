@@ -159,3 +159,24 @@ def test_input_validation(data):
         mask[0] = False
         fd.fit_path(data["inertial"], fd.Shannon, scores=data["z"], fit_layers=mask)
 
+
+
+@pytest.mark.slow
+def test_stiff_inertial_fit_nests_in_the_overdamped_one(data):
+    # Nesting: the overdamped flow is the m/gamma -> 0 limit of the inertial dynamics, so an
+    # inertial fit started next to the overdamped optimum (init=, restart 0) can always get
+    # at least as close. Paths of a fast overdamped Shannon flow (relaxation ~0.1 layer):
+    # that start is stiff; with the implicit solver the inertial fit ends no worse than the
+    # overdamped one (tolerance 1e-6 relative: LM only accepts decreasing steps, and the
+    # difference between the two models at m/gamma ~ 1/50 layer is far below the noise).
+    rng = np.random.default_rng(3)
+    fast = fd.simulate(fd.Shannon(), data["z"], 1.0, mass=0.0, damping=0.1,
+                       rho0=rng.dirichlet(np.full(N, 4.0), size=2), saveat=TIMES, t1=TIMES[-1])
+    paths = _noisy(fast.rho, rng)
+    kw = dict(scores=data["z"], times=TIMES, restarts=2, steps=30, seed=0, **SHARED)
+    over = fd.fit_path(paths, fd.Shannon, overdamped=True, **kw)
+    stiff = fd.fit_path(paths, fd.Shannon, init=over, solver="kvaerno5", **kw)
+    assert np.all(np.asarray(stiff.success))
+    assert np.all(np.asarray(stiff.loss) <= np.asarray(over.loss) * (1 + 1e-6))
+    with pytest.raises(ValueError, match="solver"):
+        fd.fit_path(paths, fd.Shannon, solver="euler", **kw)

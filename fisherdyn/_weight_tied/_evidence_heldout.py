@@ -86,13 +86,24 @@ def _velocity(rho, t, rule):
     raise ValueError(f"velocity must be 'zero' or 'difference', got {rule!r}")
 
 
-def _fisher_paths(logp, entropy, scores, rho0, v0, ts, max_steps, solver=None):
+LOG_BOX = 30.0  # log-parameters beyond +-30 (or non-finite) price the model as failed
+
+
+def _parameters(logp):
+    """exp of the log-parameters kept inside the box (so the solvers' checks of T, m and
+    gamma never see inf, 0 or NaN while the optimizer wanders), and whether they were."""
+    inside = jnp.all(jnp.isfinite(logp) & (jnp.abs(logp) <= LOG_BOX))
+    p = jnp.exp(jnp.clip(jnp.where(jnp.isfinite(logp), logp, 0.0), -LOG_BOX, LOG_BOX))
+    return p[0], p[1], p[2], inside
+
+
+def _fisher_paths(logp, entropy, scores, rho0, v0, ts, max_steps, solver=None, rtol=1e-7):
     """`simulate` of every problem at the times `ts`, and whether each solve succeeded."""
-    m, gamma, T = jnp.exp(logp[0]), jnp.exp(logp[1]), jnp.exp(logp[2])
+    m, gamma, T, inside = _parameters(logp)
     tr = simulate(entropy, scores, T, mass=m, damping=gamma, rho0=rho0, velocity0=v0,
-                  t1=ts[-1], saveat=ts, rtol=1e-7, atol=1e-9, max_steps=max_steps, solver=solver,
+                  t1=ts[-1], saveat=ts, rtol=rtol, atol=rtol / 100, max_steps=max_steps, solver=solver,
                   adjoint=diffrax.ForwardMode(), throw=False)
-    ok = (tr.result == RESULTS.successful) & jnp.all(jnp.isfinite(tr.rho), (-2, -1))
+    ok = (tr.result == RESULTS.successful) & jnp.all(jnp.isfinite(tr.rho), (-2, -1)) & inside
     return jnp.where(ok[:, None, None], tr.rho, rho0[:, None, :]), ok
 
 
@@ -114,7 +125,7 @@ def _companion_flow(a, b, t):
 
 def _linear_paths(logp, entropy, scores, rho0, dz0_unit, ts, readout):
     """$\\ddot u = -a u - b\\dot u$, $u = z - s$, in closed form, read out at temperature T."""
-    a, b, T = jnp.exp(logp[0]), jnp.exp(logp[1]), jnp.exp(logp[2])
+    a, b, T, inside = _parameters(logp)
     if readout == "softmax":
         z0, dz0 = T * jnp.log(rho0), T * dz0_unit
     else:
@@ -122,7 +133,7 @@ def _linear_paths(logp, entropy, scores, rho0, dz0_unit, ts, readout):
     p00, p01 = _companion_flow(a, b, ts - ts[0])  # (K,)
     z = scores[:, None] + p00[None, :, None] * (z0 - scores)[:, None] \
         + p01[None, :, None] * dz0[:, None]
-    ok = jnp.all(jnp.isfinite(z), (-2, -1))
+    ok = jnp.all(jnp.isfinite(z), (-2, -1)) & inside
     z = jnp.where(ok[:, None, None], z, scores[:, None])
     if readout == "softmax":
         return jax.nn.softmax(z / T, -1), ok
@@ -130,26 +141,26 @@ def _linear_paths(logp, entropy, scores, rho0, dz0_unit, ts, readout):
 
 
 def _model_paths(kind, logp, entropy, scores, rho0, init_vel, ts, max_steps, readout,
-                 solver):
+                 solver, rtol):
     """The paths of one fitted model (`kind` "fisher" or "linear") and their success."""
     if kind == "fisher":
-        return _fisher_paths(logp, entropy, scores, rho0, init_vel, ts, max_steps, solver)
+        return _fisher_paths(logp, entropy, scores, rho0, init_vel, ts, max_steps, solver, rtol)
     return _linear_paths(logp, entropy, scores, rho0, init_vel, ts, readout)
 
 
-_STATIC = ("kind", "lm_steps", "max_steps", "readout", "solver")
+_STATIC = ("kind", "lm_steps", "max_steps", "readout", "solver", "rtol")
 
 
-@functools.partial(jax.jit, static_argnames=_STATIC, **_FAST_COMPILE)
+@functools.partial(jax.jit, static_argnames=_STATIC)
 def _fit_program(guesses, entropy, scores, rho0, init_vel, ts, target, *, kind, lm_steps,
-                 max_steps, readout, solver):
+                 max_steps, readout, solver, rtol):
     """Levenberg-Marquardt from every guess (vmapped): (log-parameters, losses). The data
     are arguments, so one compiled program serves every head of the same shapes."""
     lm = optx.LevenbergMarquardt(rtol=1e-8, atol=1e-8)
 
     def residuals(logp, _):
         rho, ok = _model_paths(kind, logp, entropy, scores, rho0, init_vel, ts, max_steps,
-                               readout, solver)
+                               readout, solver, rtol)
         r = 2 * (jnp.sqrt(rho) - jnp.sqrt(target))
         return jnp.where(ok[:, None, None], r, jnp.pi).reshape(-1)
 
@@ -160,12 +171,12 @@ def _fit_program(guesses, entropy, scores, rho0, init_vel, ts, target, *, kind, 
     return jax.vmap(one)(guesses)
 
 
-@functools.partial(jax.jit, static_argnames=("max_steps", "readout", "solver"),
+@functools.partial(jax.jit, static_argnames=("max_steps", "readout", "solver", "rtol"),
                    **_FAST_COMPILE)
 def _predict_program(pf, pl, entropy, scores, rho0, v0, dz0, ts, *, max_steps, readout,
-                     solver):
+                     solver, rtol):
     """Both fitted models' paths of every problem at the times `ts`."""
-    f = _fisher_paths(pf, entropy, scores, rho0, v0, ts, max_steps, solver)[0]
+    f = _fisher_paths(pf, entropy, scores, rho0, v0, ts, max_steps, solver, rtol)[0]
     return f, _linear_paths(pl, entropy, scores, rho0, dz0, ts, readout)[0]
 
 
@@ -191,6 +202,7 @@ def heldout_prediction(
     lm_steps: int = 60,
     max_steps: int = 4096,
     solver: str | None = None,
+    rtol: float = 1e-7,
     level: float = 0.95,
     n_boot: int = 2000,
     seed: int = 0,
@@ -217,19 +229,20 @@ def heldout_prediction(
       \\log T$) and ($\\log a, \\log b, \\log T$); default a small fixed grid.
     - `lm_steps`: Levenberg-Marquardt iterations per guess; `max_steps`: ODE step budget
       (a solve that needs more is priced at distance $\\pi$); `solver`: `simulate`'s solver
-      (default Tsit5; `"kvaerno5"` for a stiff fit, m/gamma far below a loop step).
+      (default Tsit5; `"kvaerno5"` for a stiff fit, m/gamma far below a loop step);
+      `rtol`: its relative tolerance (absolute: `rtol / 100`).
     - `level`, `n_boot`, `seed`: the bootstrap.
 
     **Returns:** a `HeldoutPrediction`.
     """
     with jax.numpy_dtype_promotion("standard"):
         return _heldout(paths, times, scores, entropy, train, n_early, velocity, units,
-                        linear_readout, guesses, linear_guesses, lm_steps, max_steps, solver, level,
-                        n_boot, seed)
+                        linear_readout, guesses, linear_guesses, lm_steps, max_steps, solver,
+                        float(rtol), level, n_boot, seed)
 
 
 def _heldout(paths, times, scores, entropy, train, n_early, velocity, units, linear_readout,
-             guesses, linear_guesses, lm_steps, max_steps, solver, level, n_boot, seed):
+             guesses, linear_guesses, lm_steps, max_steps, solver, rtol, level, n_boot, seed):
     rho = np.asarray(paths, np.float64)
     P, K, N = rho.shape
     rho = (1 - FLOOR) * rho / rho.sum(-1, keepdims=True) + FLOOR / N
@@ -261,14 +274,14 @@ def _heldout(paths, times, scores, entropy, train, n_early, velocity, units, lin
     early, target = jnp.asarray(t[:n_early]), jnp.asarray(rho[tr_idx, :n_early])
     common = (entropy, s_j[tr_idx], rho_j[tr_idx, 0])
     static = dict(lm_steps=int(lm_steps), max_steps=int(max_steps), readout=linear_readout,
-                  solver=solver)
+                  solver=solver, rtol=rtol)
     pf, loss_f = _best(*_fit_program(jnp.asarray(guesses, jnp.float64), *common, v0[tr_idx],
                                      early, target, kind="fisher", **static))
     pl, loss_l = _best(*_fit_program(jnp.asarray(linear_guesses, jnp.float64), *common,
                                      dz0[tr_idx], early, target, kind="linear", **static))
     pred_f, pred_l = _predict_program(pf, pl, entropy, s_j, rho_j[:, 0], v0, dz0, t_j,
                                       max_steps=int(max_steps), readout=linear_readout,
-                                      solver=solver)
+                                      solver=solver, rtol=rtol)
     preds = {"fisher": np.asarray(pred_f), "linear": np.asarray(pred_l)}
     last, prev = rho[:, n_early - 1], rho[:, n_early - 2]
     const = np.array(rho)

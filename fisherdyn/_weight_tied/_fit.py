@@ -281,6 +281,7 @@ def fit_path(
     rtol: float = 1e-6,
     atol: float = 1e-8,
     max_ode_steps: int = 256,
+    solver: str = "tsit5",
     compile_with: Sequence[type[AbstractEntropy] | AbstractEntropy | str] | None = None,
 ) -> PathFit:
     """Fit the damped Fisher-Lagrangian dynamics of one entropy family to measured paths.
@@ -323,6 +324,9 @@ def fit_path(
       to the first-order fit it nests in the limit m/gamma -> 0.
     - `rtol`, `atol`, `max_ode_steps`: Diffrax step control; a solve that needs more steps
       counts as a failed trajectory (priced as a path at distance pi from every layer).
+    - `solver`: `"tsit5"` (explicit, the default) or `"kvaerno5"` (implicit, for stiff
+      fits: an inertial fit whose m/gamma is far below a layer step, near its overdamped
+      limit, which the explicit solver cannot resolve within `max_ode_steps`).
     - `compile_with`: families (classes, instances or names) to compile into the same
       program as `entropy_family`, so that fitting each of them afterwards (with the same
       `compile_with` and data shape) reuses it; default: only `entropy_family`. Compilation
@@ -339,7 +343,9 @@ def fit_path(
         raise ValueError("restarts and steps must be >= 1")
     overdamped = bool(overdamped)
     compiled = {fam_index} | {resolve_family(f)[0] for f in (compile_with or ())}
-    static = FitStatic(int(max_ode_steps), tuple(sorted(compiled)))
+    if solver not in ("tsit5", "kvaerno5"):
+        raise ValueError(f"solver must be 'tsit5' or 'kvaerno5', got {solver!r}")
+    static = FitStatic(int(max_ode_steps), tuple(sorted(compiled)), solver)
     tols = (float(rtol), float(atol))
     with jax.enable_x64(True), jax.numpy_dtype_promotion("standard"):
         data, batch, (_, N) = _prepare(path, scores, times, fit_layers, energy_model)

@@ -67,6 +67,8 @@ class FitStatic(eqx.Module):
     # the families compiled into the program's lax.switch (indices into FAMILIES); the
     # traced family index is a position in this tuple
     compiled: tuple = eqx.field(static=True)
+    # "tsit5" (explicit) or "kvaerno5" (implicit: an inertial time far below a layer step)
+    solver: str = eqx.field(static=True, default="tsit5")
 
 
 def _branches(fam: Family, u, T, mass, damping):
@@ -101,7 +103,7 @@ def solve(family_index, overdamped, p, data: FitData, grids, static: FitStatic, 
 
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(vector_field),
-        diffrax.Tsit5(scan_kind="lax"),
+        diffrax.Kvaerno5() if static.solver == "kvaerno5" else diffrax.Tsit5(scan_kind="lax"),
         data.times[0],
         jnp.max(jnp.stack([g[-1] for g in grids])),
         None,
