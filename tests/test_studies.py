@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -160,19 +159,31 @@ def test_unknown_study_is_refused():
 
 
 def test_weight_tied_quick_tables(quick_run):
-    """The weight-tied study writes the tables it promises: per model and head the
-    fit errors of every family and order, the confusion table over every path, the depth
-    test's path gaps. (Runs inside `quick_run`; its time is printed by `studies/run_all.py`.)"""
+    """The weight-tied study writes what it promises: per group (normalizers, the positive
+    control, two negative controls) every pre-registered criterion with an interval over
+    its seeds (None only where not applicable: the mobility of Shannon), a decision read
+    from that interval by `fisherdyn.CRITERIA`, and the controls' outcome. (Runs inside
+    `quick_run`; its time is printed by `studies/run_all.py`.)"""
+    import fisherdyn as fd
+
     _, out = quick_run
     data = json.loads((out / "weight_tied.json").read_text())["data"]
-    H, P = data["settings"]["heads"], data["settings"]["problems"]
-    assert len(data["rows"]) == 3 * H  # three normalizers x heads
-    for row in data["rows"]:
-        assert set(row["rms_A"]) == {f"{f} {o}" for f in data["settings"]["families"]
-                                     for o in ("m>0", "m=0")}
-    for key in ("A aic", "B aic", "A bic", "B bic"):
-        assert sum(map(sum, data["confusion"][key]["counts"])) == 3 * H * P
-    # quick mode skips the 2L retraining (full mode has both comparisons)
-    assert set(data["depth"]["path_gap"]) == {"Shannon, L weights at h/2"}
-    gap = data["depth"]["path_gap"]["Shannon, L weights at h/2"]
-    assert 0.0 <= min(gap.values()) <= math.pi
+    roles = [g["role"] for g in data["groups"]]
+    assert roles.count("positive") == 1 and roles.count("negative") == 2 and "normalizer" in roles
+    crit = {c.name: c for c in fd.CRITERIA}
+    for g in data["groups"]:
+        assert len(g["accuracy"]) == data["settings"]["seeds"] >= 2
+        assert set(g["intervals"]) == set(crit)
+        for name, iv in g["intervals"].items():
+            if iv is None:
+                assert g["decisions"][name] == "N/A"
+                continue
+            assert iv["units"] == data["settings"]["seeds"]
+            assert iv["low"] <= iv["estimate"] <= iv["high"]
+            assert g["decisions"][name] == crit[name].decide(fd.Interval(
+                iv["estimate"], iv["low"], iv["high"], iv["level"], iv["units"], [0.0]))
+    pos = next(g for g in data["groups"] if g["role"] == "positive")
+    assert pos["overall"] == "YES" and data["controls_ok"] is True
+    for g in data["groups"]:
+        if g["role"] == "negative":
+            assert "NO" in g["decisions"].values()
