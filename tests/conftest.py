@@ -13,6 +13,18 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 
 @pytest.fixture(scope="module", autouse=True)
+def _release_compiled_programs():
+    """Drop JAX's compiled programs after each module. Every XLA CPU executable holds ~3
+    memory maps; a worker that runs the whole suite compiles ~13,000 programs and reaches
+    the kernel's vm.max_map_count (65,530), where the next compilation aborts the process."""
+    yield
+    import gc
+
+    jax.clear_caches()
+    gc.collect()
+
+
+@pytest.fixture(scope="module", autouse=True)
 def _report_max_errors():
     """Print the error maxima a test module measured with `helpers.record` (run with -s)."""
     yield
