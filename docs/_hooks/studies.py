@@ -47,9 +47,11 @@ def _study(root: Path, name: str) -> str:
             f"{_fmt(c['predicted'])} | {_fmt(c['tol'])} | {holds} |"
         )
     lines.append("")
-    if data.get("disagreements"):
+    bad = [c for c in comparisons if c["kind"] != "note" and not c["ok"]]
+    if bad:
         lines += ["Recorded disagreements with the expectation:", ""]
-        lines += [f"- {d if isinstance(d, str) else json.dumps(d)}" for d in data["disagreements"]]
+        lines += [f"- {c['key']}: measured {_fmt(c['measured'])}, expected "
+                  f"{_fmt(c['predicted'])}" for c in bad]
         lines.append("")
     return "\n".join(lines)
 
