@@ -48,11 +48,12 @@ NAME = "weight_tied"
 
 MODEL = dict(task="pointer", n_pairs=4, hops=2, dim=8, d_model=16, n_heads=2, d_mlp=32,
              n_loops=8, step=2.0)
-FULL = dict(seeds=4, steps=dict(normalizer=4000, control=1200), batch=64, eval_batch=512, problems=128, n_jacobian=4,
-            fp_loops=128, families=("shannon", "tsallis", "kaniadakis"),
+FULL = dict(seeds=4, steps=dict(normalizer=4000, control=1200), batch=64, eval_batch=512,
+            problems=128, n_jacobian=4, fp_loops=128, families=("shannon", "tsallis", "kaniadakis"),
             control_family="kaniadakis", identify=True)
-QUICK = dict(seeds=2, steps=dict(normalizer=40, control=40), batch=32, eval_batch=256, problems=16, n_jacobian=1,
-             fp_loops=128, families=("shannon",), control_family="shannon", identify=False)
+QUICK = dict(seeds=2, steps=dict(normalizer=40, control=40), batch=32, eval_batch=256,
+             problems=16, n_jacobian=1, fp_loops=128, families=("shannon",),
+             control_family="shannon", identify=False)
 # The positive control starts near the overdamped limit, m omega^2 / gamma^2 <~ 0.2 for the
 # stiffest modes, where the mobility law of test 2 holds (with inertia the log rates grow
 # faster than the mobility: m/gamma = 0.3 measured a slope of 1.19); 8 RK4 substeps keep

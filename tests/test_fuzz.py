@@ -37,7 +37,6 @@ def _print_counts():
     yield
     for k, v in sorted(COUNTS.items()):
         print(f"fuzz examples {k}: {v}")
-    jax.clear_caches()  # the module's many compiled programs are not needed after it
 
 
 # ---------------------------------------------------------------------------- strategies

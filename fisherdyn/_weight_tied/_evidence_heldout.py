@@ -101,8 +101,8 @@ def _fisher_paths(logp, entropy, scores, rho0, v0, ts, max_steps, solver=None, r
     """`simulate` of every problem at the times `ts`, and whether each solve succeeded."""
     m, gamma, T, inside = _parameters(logp)
     tr = simulate(entropy, scores, T, mass=m, damping=gamma, rho0=rho0, velocity0=v0,
-                  t1=ts[-1], saveat=ts, rtol=rtol, atol=rtol / 100, max_steps=max_steps, solver=solver,
-                  adjoint=diffrax.ForwardMode(), throw=False)
+                  t1=ts[-1], saveat=ts, rtol=rtol, atol=rtol / 100, max_steps=max_steps,
+                  solver=solver, adjoint=diffrax.ForwardMode(), throw=False)
     ok = (tr.result == RESULTS.successful) & jnp.all(jnp.isfinite(tr.rho), (-2, -1)) & inside
     return jnp.where(ok[:, None, None], tr.rho, rho0[:, None, :]), ok
 
