@@ -262,6 +262,27 @@ def test_mobility_shannon_has_no_regressor():
                             target_rho=np.asarray(fd.stationary(FAMS["tsallis"], Z)))
 
 
+
+def test_mobility_slope_withheld_where_the_regressor_barely_varies():
+    """Kaniadakis(0.3) at T = 2.83 on mild scores: rho G'(rho) stays within a few percent of
+    1, the within-path spread of the regressor is below 0.1 and the slope is reported as
+    NaN (INCONCLUSIVE) rather than fitted to finite-difference bias; the same points with
+    min_spread = 0 give a finite slope (the rule withholds it, not the data). Shannon's
+    spread is exactly 0 (rho G' = 1)."""
+    e = FAMS["kaniadakis"]
+    z = 0.5 * Z
+    tr = fd.simulate(e, z, 2.83, mass=0.0, damping=1.3, rho0=np.full(N_, 1.0 / N_), t1=3.0,
+                     saveat=TS, rtol=1e-10, atol=1e-12)
+    mr = mobility_regression(np.asarray(tr.rho), TS, z, e, 2.83, units=UNITS)
+    assert 0 < mr.spread < 0.1 and mr.n_points > 100
+    assert np.isnan(mr.slope.estimate) and CRITERIA[1].decide(mr.slope) == INCONCLUSIVE
+    raw = mobility_regression(np.asarray(tr.rho), TS, z, e, 2.83, units=UNITS, min_spread=0.0)
+    assert raw.spread == mr.spread and np.isfinite(raw.slope.estimate)
+    sh = mobility_regression(_flow_paths("shannon"), TS, Z, fd.Shannon(), 1.0, units=UNITS)
+    assert sh.spread < 1e-12
+    own = mobility_regression(_flow_paths("tsallis"), TS, Z, FAMS["tsallis"], 1.0, units=UNITS)
+    assert own.spread > 0.1
+
 # --------------------------------------------------------------------------- linear response
 
 ZR = np.array([1.0, 0.3, -0.5, 0.2, -1.1])
