@@ -126,10 +126,11 @@ def compute_chunk(spec: SweepSpec, chunk: Chunk, padded: int) -> dict[str, np.nd
     rho_st, rate, omega2 = _fixed_point_and_modes(entropy, z, T, M, D)
     saveat = None
     if spec.n_save:
-        rate_np = np.asarray(rate)
-        horizon = np.where(np.isfinite(rate_np) & (rate_np > 0), spec.horizon / rate_np, 100.0)
-        saveat = horizon[:, None] * np.linspace(0.0, 1.0, spec.n_save)[None, :]
-        (saveat,) = _shard([jnp.asarray(saveat, dtype)])
+        # on the device, from the device's rates: no round trip to the host between the
+        # two programs of the chunk
+        ok = jnp.isfinite(rate) & (rate > 0)
+        horizon = jnp.where(ok, spec.horizon / jnp.where(ok, rate, 1.0), 100.0)
+        saveat = horizon[:, None] * jnp.linspace(0.0, 1.0, spec.n_save, dtype=dtype)[None, :]
     # A Python 0 selects the overdamped flow (a first-order system); `relax` decides that
     # from a concrete mass, so an all-zero batch is passed as the number.
     mass = 0.0 if spec.mass[chunk.mass] == 0 else M
