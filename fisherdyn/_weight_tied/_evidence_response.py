@@ -60,6 +60,10 @@ class LinearResponse(eqx.Module):
     n_unmatched: int
 
 
+# an attention component this small relative to the largest is round-off (float64)
+_ROUNDOFF = 1e-9
+
+
 def _eigenspace_projectors(omega2, modes, rtol):
     """For each mode, the projector onto the eigenspace of its stiffness (degenerate
     stiffnesses, e.g. Shannon's, share one)."""
@@ -109,7 +113,11 @@ def linear_response(
       the slowest mode shows both roots (a complex pair or a second real root in its
       eigenspace), else first order.
     - `attention_tol`: eigenvectors whose tangent attention component is below this
-      fraction of the largest one are left out (modes of the rest of the state).
+      fraction of the largest one are left out (modes of the rest of the state). The fast
+      root of an overdamped mode can be among them (its eigenvector is mostly velocity, or
+      the rest of the state it drives): the inertial partner of the slowest mode is also
+      looked for among the left-out eigenvectors above round-off (1e-9) whose attention
+      lies in the slowest mode's eigenspace.
     - `min_eigenvalue`: eigenvalues below this fraction of the largest modulus are left out
       (a mode that decays by that much in one loop is not observable; the directions off
       the simplex, which a map onto attention annihilates, land here).
@@ -138,14 +146,22 @@ def linear_response(
     omega2, modes = np.asarray(sp.omega2), np.asarray(sp.modes)
     proj = _eigenspace_projectors(omega2, modes, degenerate_rtol)
 
-    lam, V = np.linalg.eig(J)
+    lam_all, V = np.linalg.eig(J)
     x = np.sqrt(rho)
-    dx = (R @ V) / (2 * x[:, None])  # sphere-chart tangent vector of each eigenvector
-    dx = dx - np.outer(x, x @ dx)
-    size = np.linalg.norm(dx, axis=0) / np.linalg.norm(V, axis=0)
-    keep = ((np.abs(lam) > min_eigenvalue * np.max(np.abs(lam)))
-            & (size > attention_tol * size.max()))
-    lam, dx = lam[keep], dx[:, keep] / np.linalg.norm(dx[:, keep], axis=0)
+    dx_all = (R @ V) / (2 * x[:, None])  # sphere-chart tangent vector of each eigenvector
+    dx_all = dx_all - np.outer(x, x @ dx_all)
+    size = np.linalg.norm(dx_all, axis=0) / np.linalg.norm(V, axis=0)
+    observable = np.abs(lam_all) > min_eigenvalue * np.max(np.abs(lam_all))
+    keep = observable & (size > attention_tol * size.max())
+    # the fast root of an inertial mode moves attention little against the velocity (and
+    # the rest of the state) it carries, so it can fall below attention_tol; it is still
+    # looked for as a partner among every eigenvector whose attention is above round-off
+    candidate = observable & ~keep & (size > _ROUNDOFF * size.max())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dx_all = dx_all / np.linalg.norm(dx_all, axis=0)
+    s_extra = np.log(lam_all[candidate].astype(complex)) / step
+    dx_extra = dx_all[:, candidate]
+    lam, dx = lam_all[keep], dx_all[:, keep]
     s = np.log(lam.astype(complex)) / step
     order = np.argsort(-s.real, kind="stable")
     s, dx = s[order], dx[:, order]
@@ -166,17 +182,25 @@ def linear_response(
     is_complex = abs(s0.imag) > 1e-9 * abs(s0)
     partners = [j for j in same if j != 0 and abs(s[j].imag) <= 1e-9 * abs(s[j])
                 and abs(s[j] - s0) > 1e-6 * abs(s0)]
-    if first_order or (first_order is None and not is_complex and not partners):
+    extra = [s_extra[j] for j in range(len(s_extra))
+             if np.linalg.norm(proj[k0] @ dx_extra[:, j]) > 0.9
+             and abs(s_extra[j].imag) <= 1e-9 * abs(s_extra[j]) and s_extra[j].real < s0.real]
+    if first_order or (first_order is None and not is_complex and not partners
+                       and not extra):
         m, gamma, fitted = 0.0, float(w0 / -s0.real), [0]
     elif is_complex:
         m = float(w0 / abs(s0) ** 2)
         gamma, fitted = float(-2 * s0.real * m), [0, int(np.argmin(np.abs(s - np.conj(s0))))]
     else:
-        if not partners:
+        if not partners and not extra:
             raise ValueError("first_order=False, but the slowest mode shows a single root")
-        j1 = max(partners, key=lambda j: s[j].real)
-        m = float(w0 / (s0.real * s[j1].real))
-        gamma, fitted = float(-(s0.real + s[j1].real) * m), [0, j1]
+        if partners:
+            j1 = max(partners, key=lambda j: s[j].real)
+            s1, fitted = s[j1].real, [0, j1]
+        else:
+            s1, fitted = max(v.real for v in extra), [0]
+        m = float(w0 / (s0.real * s1))
+        gamma = float(-(s0.real + s1) * m)
 
     pred = relaxation_spectrum(entropy, jnp.asarray(z), T, mass=m, damping=gamma,
                                rho=jnp.asarray(rho))
