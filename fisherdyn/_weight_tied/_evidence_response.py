@@ -177,6 +177,7 @@ def linear_response(
                               1.0, False, len(s))
     # the slowest measured rate belongs to the eigenspace it overlaps most
     k0 = int(np.argmax(overlap[0]))
+    fast_hidden = False
     w0, s0 = omega2[k0], s[0]
     same = np.flatnonzero(overlap[:, k0] > 0.9)
     is_complex = abs(s0.imag) > 1e-9 * abs(s0)
@@ -198,7 +199,7 @@ def linear_response(
             j1 = max(partners, key=lambda j: s[j].real)
             s1, fitted = s[j1].real, [0, j1]
         else:
-            s1, fitted = max(v.real for v in extra), [0]
+            s1, fitted, fast_hidden = max(v.real for v in extra), [0], True
         m = float(w0 / (s0.real * s1))
         gamma = float(-(s0.real + s1) * m)
 
@@ -208,6 +209,14 @@ def linear_response(
     regime = np.asarray(pred.regime)
     p_rate = roots.ravel()
     p_mode = np.repeat(np.arange(len(omega2)), roots.shape[1])
+    if fast_hidden:
+        # the fast branch was not among the measured modes: predict only what is measured,
+        # the slow root of each over-damped mode (both roots of an under-damped one)
+        fast = np.zeros(roots.shape, bool)
+        if roots.shape[1] == 2:
+            real = np.all(np.abs(roots.imag) <= 1e-12 * np.abs(roots), 1)
+            fast[real, np.argmin(roots[real].real, 1)] = True
+        p_rate, p_mode = p_rate[~fast.ravel()], p_mode[~fast.ravel()]
     cost = (np.abs(s[:, None] - p_rate[None]) / np.abs(p_rate)[None]
             + (1 - overlap[:, p_mode]))
     rows, cols = linear_sum_assignment(cost)
