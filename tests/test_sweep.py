@@ -244,3 +244,16 @@ def test_sweep_usage_errors_exit_2(work, capsys, extra, message):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_a_chunk_with_as_many_problems_as_keys(tmp_path):
+    """8 problems of 8 keys in one chunk: the per-problem temperatures (8,) must be read as
+    one per row, not along the key axis (stationary refuses the ambiguous shape). Every
+    problem relaxes, its fixed point matches `stationary` to 1e-8, and Shannon's slowest
+    rate is the closed form gamma / (2m) = 0.25 of its under-damped modes."""
+    spec = dict(families=["shannon"], T=[0.5, 1.0], mass=[1.0], damping=[0.5], n_keys=[8],
+                seeds=4)
+    ds = fd.sweep(spec, tmp_path / "s.zarr", chunk_size=8, progress=False, figure=False)
+    assert np.all(ds["result"].values == 0)
+    assert float(ds["max_abs_err"].max()) < 1e-8
+    np.testing.assert_allclose(ds["slowest_rate"].values, 0.25, rtol=1e-10)

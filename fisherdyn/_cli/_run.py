@@ -69,8 +69,7 @@ def run_command(args: argparse.Namespace) -> int:
     families = args.family or [fd.parse_entropy(s) for s in DEFAULT_FAMILIES]
     z = np.asarray(args.scores, float)
     table_families = [] if args.no_operator_table else list(TABLE_FAMILIES)
-    # two threads per core: while one traces (holding Python's lock) another compiles
-    workers = 2 * (os.cpu_count() or 1)
+    workers = max(1, os.cpu_count() or 1)
     print(
         f"fisherdyn run: {'' if args.no_operator_table else 'the operator table, then '}"
         f"the relaxation of {len(families)} families in 4 regimes each "

@@ -68,7 +68,8 @@ def _inputs(spec: SweepSpec, chunk: Chunk, padded: int):
 
 @eqx.filter_jit
 def _fixed_point_and_modes(entropy, z, T, mass, damping):
-    rho = stationary(entropy, z, T)
+    # one temperature per row, explicitly: a T of shape (B,) is ambiguous when B == N
+    rho = stationary(entropy, z, T[:, None])
 
     def one(z, rho, T, m, g):
         sp = relaxation_spectrum(entropy, z, T, mass=m, damping=g, rho=rho)
