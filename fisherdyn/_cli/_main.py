@@ -122,9 +122,9 @@ def main(argv=None) -> int:
     if next((a for a in argv if not a.startswith("-")), None) == "run" and (
         "jax" not in sys.modules
     ):
-        # `run` compiles ~40 programs and runs each once: XLA's backend optimizations cost
-        # more compile time (about a fifth) than they save. Read when JAX creates its CPU
-        # client, after this; a caller's own XLA_FLAGS setting of it wins.
+        # `run` compiles over a hundred programs per family and runs each once: XLA's
+        # backend optimizations cost more compile time (about a fifth) than they save.
+        # Read when JAX creates its CPU client, after this; a caller's XLA_FLAGS wins.
         flags = os.environ.get("XLA_FLAGS", "")
         if "xla_backend_optimization_level" not in flags:
             os.environ["XLA_FLAGS"] = (flags + " --xla_backend_optimization_level=0").strip()
