@@ -28,7 +28,7 @@ identify a slope: each rate is a finite difference over a loop step, with a rela
 a few percent (about 2.5 % at a step of 0.25 relaxation times), so a slope error below the
 criterion's tolerance of 0.25 needs a within-path spread of the regressor of at least
 0.1; below `min_spread` the slope is NaN too. Kaniadakis(0.3) at T = 2.8 on a model's dense
-fixed points has a spread near 0.015 ($\rho G'(\rho)$ stays within 0.96-1.12 for weights
+fixed points has a spread near 0.015 ($\\rho G'(\\rho)$ stays within 0.96-1.12 for weights
 above 0.05), where even the exact overdamped flow regresses to a slope of 1.4.
 """
 
@@ -160,7 +160,7 @@ class MobilityRegression(eqx.Module):
     **Fields:**
     - `slope`: `Interval` (bootstrap over units; NaN where the regressor does not vary,
       e.g. Shannon, or varies less than `min_spread`).
-    - `spread`: the within-path rms of the regressor $\log(T\rho G'(\rho))$.
+    - `spread`: the within-path rms of the regressor $\\log(T\\rho G'(\\rho))$.
     - `damping`: $e^{-\\bar c}$, $\\bar c$ the mean per-path intercept at the fitted slope
       (the flow's $\\gamma$ when the slope is 1).
     - `n_points`: points in the regression; `x`, `y`: their regressor and log rate
