@@ -517,7 +517,7 @@ def figure(plt, fd, rows, controls_ok, level, L, cfg):
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels([str(i) for i in range(len(rows))])
     ax.set(xlabel="group (table order)", ylabel="spectral radius of the loop map",
-           title="fixed point: contraction needs < 1")
+           title="spectral radius of the whole loop map\n(residual stream included)")
     fig.tight_layout()
     return fig
 
