@@ -262,7 +262,6 @@ def test_mobility_shannon_has_no_regressor():
                             target_rho=np.asarray(fd.stationary(FAMS["tsallis"], Z)))
 
 
-
 def test_mobility_slope_withheld_where_the_regressor_barely_varies():
     """Kaniadakis(0.3) at T = 2.83 on mild scores: rho G'(rho) stays within a few percent of
     1, the within-path spread of the regressor is below 0.1 and the slope is reported as
@@ -282,6 +281,7 @@ def test_mobility_slope_withheld_where_the_regressor_barely_varies():
     assert sh.spread < 1e-12
     own = mobility_regression(_flow_paths("tsallis"), TS, Z, FAMS["tsallis"], 1.0, units=UNITS)
     assert own.spread > 0.1
+
 
 # --------------------------------------------------------------------------- linear response
 

@@ -26,8 +26,8 @@ _RATE_NOTE = (
 
 
 def _run_jobs(table_families, families, z, T, mass, workers):
-    """The operator table's rows and `check_family` of every family, in order. Each is a
-    handful of programs compiled once; XLA compiles with Python's lock released, so threads
+    """The operator table's rows and `check_family` of every family, in order. Each is
+    many programs compiled and run once; XLA compiles with Python's lock released, so threads
     overlap the compilations of different families on several cores. The table's rows are
     submitted first, so the table prints while the families still relax."""
     from concurrent.futures import ThreadPoolExecutor

@@ -25,10 +25,10 @@ scores, or a linear relaxation $\\dot z = a(z^* - z)$ in score space — has a r
 not grow with $\\rho G'(\\rho)$: slope near 0. Shannon has $\\rho G' = 1$, no regressor, and
 the slope is undefined (NaN). The same holds where the regressor varies too little to
 identify a slope: each rate is a finite difference over a loop step, with a relative bias of
-a few percent (about 2.5 % at a step of 0.25 relaxation times), so a slope error below the
-criterion's tolerance of 0.25 needs a within-path spread of the regressor of at least
-0.1; below `min_spread` the slope is NaN too. Kaniadakis(0.3) at T = 2.8 on a model's dense
-fixed points has a spread near 0.015 ($\\rho G'(\\rho)$ stays within 0.96-1.12 for weights
+a few percent that varies between keys, and the slope error is about that variation over the
+regressor's spread, so a slope error below the criterion's tolerance of 0.25 needs a
+within-path spread of at least 0.1; below `min_spread` the slope is NaN too.
+Kaniadakis(0.3) at T = 2.8 on a model's dense fixed points has a spread near 0.015 ($\\rho G'(\\rho)$ stays within 0.96-1.12 for weights
 above 0.05), where even the exact overdamped flow regresses to a slope of 1.4.
 """
 
