@@ -28,8 +28,9 @@ identify a slope: each rate is a finite difference over a loop step, with a rela
 a few percent that varies between keys, and the slope error is about that variation over the
 regressor's spread, so a slope error below the criterion's tolerance of 0.25 needs a
 within-path spread of at least 0.1; below `min_spread` the slope is NaN too.
-Kaniadakis(0.3) at T = 2.8 on a model's dense fixed points has a spread near 0.015 ($\\rho G'(\\rho)$ stays within 0.96-1.12 for weights
-above 0.05), where even the exact overdamped flow regresses to a slope of 1.4.
+Kaniadakis(0.3) at T = 2.8 on a model's dense fixed points has a spread near 0.015
+($\\rho G'(\\rho)$ stays within 0.96-1.12 for weights above 0.05),
+where even the exact overdamped flow regresses to a slope of 1.4.
 """
 
 from __future__ import annotations
