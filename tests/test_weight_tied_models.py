@@ -366,6 +366,15 @@ def test_fixed_point_report_jacobian_and_spectral_radius():
     res = np.linalg.norm(np.asarray(xs[-1] - xs[-2])) / np.linalg.norm(np.asarray(xs[-1]))
     np.testing.assert_allclose(rep.residual[0], res, rtol=1e-10)
     assert rep.carry_residual is None and rep.path_distance.shape == (2,)
+    # without the linearization: the same residuals and spread, empty Jacobian fields
+    bare = fixed_point_report(model, probs.tokens, n_inits=1, n_jacobian=0)
+    np.testing.assert_allclose(bare.residual, rep.residual, rtol=1e-12)
+    np.testing.assert_allclose(bare.path_distance, rep.path_distance, rtol=1e-12)
+    D = rep.jacobian.shape[-1]
+    assert bare.jacobian.shape == (0, D, D) and bare.spectral_radius.shape == (0,)
+    assert bare.attn_jacobian.shape == (0,) + rep.attn_jacobian.shape[1:]
+    with pytest.raises(ValueError, match="n_jacobian"):
+        fixed_point_report(model, probs.tokens, n_jacobian=-1)
     e = model.embedding(probs.tokens[0])
     flat, unravel = jax.flatten_util.ravel_pytree(state)
     step = jax.jit(lambda f: jax.flatten_util.ravel_pytree(model.loop_map(unravel(f), e))[0])

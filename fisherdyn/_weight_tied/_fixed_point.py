@@ -193,7 +193,8 @@ def fixed_point_report(model: LoopedTransformer,
     - `key`: for the random initial states (default `PRNGKey(0)`); `n_inits`: how many;
       `init_scale`: their residual stream's standard deviation per coordinate (default:
       the RMS of the default start's $x_N$ over the batch).
-    - `n_jacobian`: for how many of the first problems to compute the Jacobian.
+    - `n_jacobian`: for how many of the first problems to compute the Jacobian (0: none;
+      the linearization fields are then empty).
 
     **Returns:**
 
@@ -202,6 +203,8 @@ def fixed_point_report(model: LoopedTransformer,
     n = 4 * model.n_loops if n_loops is None else int(n_loops)
     if n < 2:
         raise ValueError(f"n_loops must be >= 2, got {n}")
+    if int(n_jacobian) < 0:
+        raise ValueError(f"n_jacobian must be >= 0, got {n_jacobian}")
     tokens = jnp.asarray(tokens)
     key = jr.PRNGKey(0) if key is None else key
     keys = jr.split(key, tokens.shape[0] * n_inits).reshape(tokens.shape[0], n_inits, -1)
@@ -214,12 +217,19 @@ def fixed_point_report(model: LoopedTransformer,
         J, A, a, s, unravel = loop_jacobian(model, tokens[b], st)
         Js.append(J), As.append(A), attns.append(a), scs.append(s)
         flats.append(np.asarray(jax.flatten_util.ravel_pytree(st)[0]))
-    J = np.stack(Js)
-    eig = np.linalg.eigvals(J)
+    if Js:
+        J, A, attn, scores, state = (np.stack(v) for v in (Js, As, attns, scs, flats))
+    else:  # n_jacobian=0: the residuals and path independence only, empty linearization
+        flat, unravel = jax.flatten_util.ravel_pytree(
+            jax.tree_util.tree_map(lambda x: x[0], state_n))
+        H, n_ctx, D = model.n_heads, model.config.n_ctx, flat.size
+        J, A, state = np.zeros((0, D, D)), np.zeros((0, H, n_ctx, D)), np.zeros((0, D))
+        attn, scores = np.zeros((0, H, n_ctx)), np.zeros((0, H, n_ctx))
+    eig = np.linalg.eigvals(J) if J.shape[0] else np.zeros((0, J.shape[1]), complex)
     eig = np.take_along_axis(eig, np.argsort(-np.abs(eig), -1), -1)
     return FixedPointReport(
         n_loops=n, dt=model.dt, residual=np.asarray(res),
         carry_residual=None if model.loop is None else np.asarray(cres),
         attn_change=np.asarray(change), path_distance=np.asarray(dist), jacobian=J,
-        eigenvalues=eig, spectral_radius=np.abs(eig[:, 0]), attn_jacobian=np.stack(As),
-        attn=np.stack(attns), scores=np.stack(scs), state=np.stack(flats), unravel=unravel)
+        eigenvalues=eig, spectral_radius=np.abs(eig[:, 0]) if eig.shape[0] else np.zeros(0),
+        attn_jacobian=A, attn=attn, scores=scores, state=state, unravel=unravel)
