@@ -74,7 +74,7 @@ class Ledger:
 
     def check(self, key, measured, predicted, *, tol, kind="abs", fmt=".4g", explain=""):
         """Compare: `kind="abs"`: |m - p| <= tol; `"rel"`: |m - p| <= tol |p|;
-        `"max"`: m <= tol (predicted shown for reference, usually 0)."""
+        `"max"`: m <= tol, `"min"`: m >= tol (predicted shown for reference)."""
         m = float(measured)
         p = float(predicted) if predicted is not None else float("nan")
         if kind == "abs":
@@ -83,6 +83,8 @@ class Ledger:
             ok = abs(m - p) <= tol * abs(p)
         elif kind == "max":
             ok = m <= tol
+        elif kind == "min":
+            ok = m >= tol
         else:
             raise ValueError(kind)
         ok = bool(ok and math.isfinite(m))
@@ -115,7 +117,7 @@ class Ledger:
                 line = f"  {r['key']:<{width}}  {m:>12}  {'(measured)':>12}"
             else:
                 p = "" if r["predicted"] is None else format(r["predicted"], f)
-                rel = {"abs": "+-", "rel": "+-rel", "max": "<="}[r["kind"]]
+                rel = {"abs": "+-", "rel": "+-rel", "max": "<=", "min": ">="}[r["kind"]]
                 status = "ok" if r["ok"] else "DISAGREES"
                 line = (f"  {r['key']:<{width}}  {m:>12}  {p:>12}  ({rel} {r['tol']:.1g})"
                         f"  {status}")

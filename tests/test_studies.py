@@ -190,3 +190,24 @@ def test_weight_tied_quick_tables(quick_run):
     for g in data["groups"]:
         if g["role"] == "negative":
             assert "NO" in g["decisions"].values()
+
+
+def test_ledger_bounds_decide_as_stated():
+    """The studies' ledger: each kind of check agrees exactly where its rule says (values
+    on both sides of each bound), and a non-finite measurement never agrees."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_common", ROOT / "studies" / "_common.py")
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    led = common.Ledger("t")
+    assert led.check("abs in", 1.05, 1.0, tol=0.1) and not led.check("abs out", 1.2, 1.0, tol=0.1)
+    assert led.check("rel in", 2.1, 2.0, tol=0.1, kind="rel")
+    assert not led.check("rel out", 2.3, 2.0, tol=0.1, kind="rel")
+    assert led.check("max in", 0.05, 0.0, tol=0.1, kind="max")
+    assert not led.check("max out", 0.15, 0.0, tol=0.1, kind="max")
+    assert led.check("min in", 0.15, 0.1, tol=0.1, kind="min")
+    assert not led.check("min out", 0.05, 0.1, tol=0.1, kind="min")
+    assert not led.check("min nan", float("nan"), 0.1, tol=0.1, kind="min")
+    assert [r["key"] for r in led.disagreements] == ["abs out", "rel out", "max out", "min out",
+                                                     "min nan"]
