@@ -18,18 +18,23 @@ is the trained model: `seeds` models per group. Groups:
   few percent of 1 on dense fixed points, where the slope is not identified (N/A);
 - negative controls: the same model with linear second-order score dynamics
   (`loop_kind="linear"`, as many parameters) and untrained (random-weight) transformers;
-  each must be told NO on at least one criterion.
+  each must be told NO on at least one criterion;
+- a task control: the Shannon transformer trained on one-hop recall (`task="recall"`), where
+  one retrieval answers. Pointer chasing must gain accuracy from loop 1 to loop L (the
+  interval above `DEPTH_NEED`), recall must not (below it).
 
 Per model, on `problems` pointer problems (half fit, half held out), every head:
 1. depth convergence: the same weights at L, 2L, 4L loops (step c/n), gaps at equal t;
 2. score-space mobility: each key's log rate of approach to the fixed-point scores against
    log(T rho G'(rho)) (slope 1 for the family's own Fisher flow; N/A for Shannon, and
-   wherever the regressor's within-path spread is below 0.1);
+   wherever the regressor's within-path spread is below `MOBILITY_MIN_SPREAD`);
 3. linear response: the loop map's Jacobian at the state after `fp_loops` loops, its
    attention modes against `relaxation_spectrum` with (m, gamma) fitted on the slowest;
 4. held-out prediction: one (m, gamma, T) per head, fitted on the training problems' early
    loops, predicting the held-out problems' later loops, against constant, geodesic and the
    equal-parameter linear score dynamics.
+The fixed point is reported after 4L loops on every problem (residual, spread from random
+initial states) and after `fp_loops`, where the loop map is linearized.
 `fisherdyn.verdict` reads the bootstrap intervals over seeds (at `CRITERION_LEVEL`); if the
 controls do not come out as they must, every overall answer is INCONCLUSIVE.
 
@@ -71,6 +76,14 @@ DEQ = dict(residual_penalty=0.1)  # loops = (L, 2L)
 HELDOUT = dict(lm_steps=30, max_steps=1024, rtol=1e-5)
 # the positive control must recover its own (m, gamma, T) within this relative error
 RECOVERY_TOL = 0.05
+# the mobility slope is identified only where log(T rho G'(rho)) varies within a path by
+# at least this rms
+MOBILITY_MIN_SPREAD = 0.1
+# The task control: the same Shannon transformer trained on one-hop recall, where one
+# retrieval answers. A task needs depth when the accuracy gained from loop 1 to loop L
+# (held-out problems, interval over seeds) lies above DEPTH_NEED; recall must lie below it.
+TASK_CONTROL = dict(task="recall", hops=1)
+DEPTH_NEED = 0.1
 
 
 def make_entropy(fd, name):
@@ -110,10 +123,32 @@ def get_model(fd, S, g, seed):
         model = fd.init_looped(cfg, jr.PRNGKey(seed))
         return model, fd.evaluate_looped(model, jr.PRNGKey(10_000 + seed), S["eval_batch"]), True
     L = cfg.n_loops
-    steps = S["steps"]["normalizer" if g["role"] == "normalizer" else "control"]
+    steps = S["steps"]["normalizer" if g["role"] in ("normalizer", "task") else "control"]
     tr = fd.train_looped(cfg, seed=seed, steps=steps, batch=S["batch"],
                          eval_batch=S["eval_batch"], loops=(L, 2 * L), progress=True, **DEQ)
     return tr.model, tr.accuracy, tr.from_cache
+
+
+def task_control_group(fd):
+    """The task control: a Shannon transformer as in the study, trained on one-hop recall."""
+    e = fd.Shannon()
+    return dict(name="task control: Shannon transformer, one-hop recall", role="task",
+                entropy=e, config=fd.LoopedConfig(entropy=e, **dict(MODEL, **TASK_CONTROL)),
+                trained=True)
+
+
+def accuracy_by_loop(fd, model, seed, n_problems):
+    """Held-out accuracy on the model's own task after each loop 0..L, (L + 1,)."""
+    import jax.random as jr
+
+    data = fd.task_batch(model.config, jr.PRNGKey(20_000 + seed), n_problems)
+    return np.asarray(fd.extract_paths(model, data, model.n_loops).accuracy)
+
+
+def depth_need(fd, curves, level):
+    """Accuracy gained from loop 1 to loop L, an interval over the seeds' curves."""
+    gains = np.array([c[-1] - c[1] for c in curves])
+    return fd.bootstrap_ci(gains, level=level)
 
 
 def to_f64(model):
@@ -180,9 +215,17 @@ def measure(fd, S, g, model, batch, seed):
     z_star = scores[:, :, -1]  # (P, H, N): the scores after 4L loops (frozen: any loop's)
     d = dict(depth=depth_paths(fd, m64, batch), attn=attn, z_star=z_star, t=t,
              loop_accuracy=acc, target=np.asarray(batch.target))
-    lrs, rep = response(fd, m64, batch.tokens.astype(np.float64), S)
+    tokens = batch.tokens.astype(np.float64)
+    lrs, rep = response(fd, m64, tokens, S)
     d["lr"] = lrs
-    d["fixed_point"] = dict(residual=float(np.median(rep.residual)),
+    # the fixed point as trained for: every problem after 4L loops (the linearization's state
+    # is the one after fp_loops, further settled)
+    rep4 = fd.fixed_point_report(m64, tokens, 4 * L, n_jacobian=0)
+    d["fixed_point"] = dict(residual_4L=float(np.median(rep4.residual)),
+                            carry_residual_4L=(None if rep4.carry_residual is None
+                                               else float(np.median(rep4.carry_residual))),
+                            path_distance_4L=float(np.median(rep4.path_distance)),
+                            residual=float(np.median(rep.residual)),
                             carry_residual=(None if rep.carry_residual is None
                                             else float(np.median(rep.carry_residual))),
                             path_distance=float(np.median(rep.path_distance)),
@@ -260,7 +303,8 @@ def analyse(fd, g, ds, level):
                                 for d in ds])
         zs = np.concatenate([d["z_star"].reshape(-1, d["z_star"].shape[-1]) for d in ds])
         mob = fd.mobility_regression(paths, ds[0]["t"][:2 * L + 1], zs, e,
-                                     float(ds[0]["T"]), units=seeds, level=level)
+                                     float(ds[0]["T"]), units=seeds, level=level,
+                                     min_spread=MOBILITY_MIN_SPREAD)
     lr_unit = np.array([np.nanmean([lr.max_error if lr is not None else np.nan
                                     for lr in d["lr"]]) for d in ds])
     lr_iv = fd.bootstrap_ci(lr_unit, level=level)
@@ -315,6 +359,8 @@ def main(argv=None):
             t1 = time.perf_counter()
             d = measure(fd, S, g, model, batch, seed)
             d.update(accuracy=acc, seed=seed, T=model.T, params=model.dynamics_parameters())
+            if g["role"] == "normalizer":
+                d["accuracy_by_loop"] = accuracy_by_loop(fd, model, seed, S["eval_batch"])
             t_train += t1 - t0
             t_measure += time.perf_counter() - t1
             ds.append(d)
@@ -322,6 +368,16 @@ def main(argv=None):
                   f"{d['fixed_point']['spectral_radius']:.3f} ({time.perf_counter() - t0:.1f} s"
                   f"{', cached' if cached else ''})", flush=True)
         results.append((g, ds, analyse(fd, g, ds, level)))
+    task = task_control_group(fd)
+    task_curves = []
+    for seed in range(S["seeds"]):
+        t0 = time.perf_counter()
+        model, acc, cached = get_model(fd, S, task, seed)
+        t_train += time.perf_counter() - t0
+        task_curves.append(accuracy_by_loop(fd, model, seed, S["eval_batch"]))
+        print(f"[{NAME}] {task['name']} seed {seed}: accuracy {acc:.3f}, by loop "
+              f"{np.array2string(task_curves[-1], precision=2)}"
+              f"{' (cached)' if cached else ''}", flush=True)
 
     # --------------------------------------------------------------------- verdicts
     verdicts = {g["name"]: fd.verdict(a["intervals"]) for g, _, a in results}
@@ -341,6 +397,22 @@ def main(argv=None):
             explain="negative control: at least one criterion must say NO")
     final = {g["name"]: fd.verdict(a["intervals"], controls_ok=controls_ok)
              for g, _, a in results if g["role"] == "normalizer"}
+
+    # the task control: pointer chasing needs depth, one-hop recall does not
+    need = {g["name"]: depth_need(fd, [d["accuracy_by_loop"] for d in ds], level)
+            for g, ds, _ in results if g["role"] == "normalizer"}
+    need[task["name"]] = depth_need(fd, task_curves, level)
+    for n, iv in need.items():
+        key = f"{n}: accuracy gained from loop 1 to loop L"
+        explain = f"{fmt_iv(iv)} over seeds"
+        if args.quick:  # a few training steps: no task is learned, nothing to decide
+            ledger.note(key, iv.estimate, explain=explain)
+        elif n == task["name"]:
+            ledger.check(key + " (interval's upper end)", iv.high, DEPTH_NEED, tol=DEPTH_NEED,
+                         kind="max", explain=explain + "; one retrieval answers")
+        else:
+            ledger.check(key + " (interval's lower end)", iv.low, DEPTH_NEED, tol=DEPTH_NEED,
+                         kind="min", explain=explain + "; the task needs depth")
 
     # positive controls: recovery of (m, gamma, T) and of the family
     recovery = {}
@@ -391,6 +463,10 @@ def main(argv=None):
                     {"YES": 1.0, "NO": 0.0}.get(v, 0.5), fmt=".1f")
     ledger.headline("verdict", "; ".join(f"{n}: {v}" for n, v in answer.items()))
     ledger.headline("controls", "controls as required" if controls_ok else "controls FAILED")
+    pointer = [iv.estimate for n, iv in need.items() if n != task["name"]]
+    ledger.headline("task control", f"accuracy gained from loop 1 to loop L: pointer chasing "
+                    f"{min(pointer):.2f}-{max(pointer):.2f}, one-hop recall "
+                    f"{need[task['name']].estimate:.2f}")
     ledger.timing("training (or cache loads)", t_train)
     ledger.timing("measurement and fits", t_measure)
 
@@ -414,6 +490,12 @@ def main(argv=None):
             fitted_params=[[hp.fisher_params for hp in d["heldout"]] for d in ds],
         ) for g, ds, a, v in table_rows],
         recovery=recovery,
+        task_control=dict(
+            name=task["name"], depth_need=DEPTH_NEED,
+            accuracy_by_loop={**{g["name"]: [d["accuracy_by_loop"].tolist() for d in ds]
+                                 for g, ds, _ in results if g["role"] == "normalizer"},
+                              task["name"]: [c.tolist() for c in task_curves]},
+            gain={n: iv_json(iv) for n, iv in need.items()}),
     )
     fig = figure(plt, fd, table_rows, controls_ok, level, L, cfg0)
     write_outputs(args, ledger, fig, title="Weight-tied attention against the Fisher "
@@ -423,7 +505,7 @@ def main(argv=None):
                            "convergence, mobility regression, predicted against measured "
                            "mode rates, and measured against predicted held-out paths."),
                   data=data, images=[f"{NAME}.png", f"{NAME}_paths.png"])
-    fig_paths(plt, table_rows, L, args.out)
+    fig_paths(plt, table_rows, L, args.out, data["task_control"])
 
 
 SHORT = {"depth_convergence": "depth", "mobility_slope": "mobility",
@@ -464,7 +546,7 @@ def figure(plt, fd, rows, controls_ok, level, L, cfg):
             continue
         x, y = mob.x, mob.y
         lab = (f"slope {fmt_iv(mob.slope)}" if np.isfinite(mob.slope.estimate) else
-               f"spread {mob.spread:.3f} < 0.1: slope not identified")
+               f"spread {mob.spread:.3f} < {MOBILITY_MIN_SPREAD}: slope not identified")
         ax.plot(x, y - np.mean(y) + np.mean(x), ".", ms=2, alpha=0.3, color=f"C{i}",
                 label=f"{g['name']}: {lab}")
     if not any(a["mobility"] is not None for _, _, a, _ in rows):
@@ -522,11 +604,11 @@ def figure(plt, fd, rows, controls_ok, level, L, cfg):
     return fig
 
 
-def fig_paths(plt, rows, L, out):
+def fig_paths(plt, rows, L, out, task):
     """Attention on the key that holds the most weight at loop L: measured (held-out
     problems of seed 0, head 0: median, 10-90% band, three examples) against the fitted
-    Fisher model's prediction."""
-    fig, axes = plt.subplots(2, (len(rows) + 1) // 2, figsize=(14, 7.5), squeeze=False)
+    Fisher model's prediction; last panel, the task control's accuracy by loop."""
+    fig, axes = plt.subplots(2, (len(rows) + 2) // 2, figsize=(14, 7.5), squeeze=False)
     for ax, (g, ds, a, v) in zip(axes.ravel(), rows):
         d = ds[0]
         hp = d["heldout"][0]
@@ -549,11 +631,23 @@ def fig_paths(plt, rows, L, out):
         ax.set(title=f"{g['name']}: {v.overall}", xlabel="depth t", ylim=(0, 1),
                ylabel="weight of the final top key")
         ax.legend(fontsize=6, loc="lower right")
-    for ax in axes.ravel()[len(rows):]:
+    ax = axes.ravel()[len(rows)]
+    for i, (name, curves) in enumerate(task["accuracy_by_loop"].items()):
+        c = np.array(curves)
+        iv = task["gain"][name]
+        recall = name == task["name"]
+        ax.plot(np.arange(c.shape[1]), c.mean(0), "s--" if recall else "o-",
+                color="k" if recall else f"C{i}", label=(
+                    f"{name.replace(' transformer', '')}: gain {iv['estimate']:.2f} "
+                    f"[{iv['low']:.2f}, {iv['high']:.2f}]"))
+    ax.set(xlabel="loop l", ylabel="held-out accuracy (mean over seeds)", ylim=(0, 1.02),
+           title="task control: accuracy by loop,\npointer (solid), one-hop recall (dashed)")
+    ax.legend(fontsize=6, loc="lower right")
+    for ax in axes.ravel()[len(rows) + 1:]:
         ax.axis("off")
     fig.suptitle("Held-out problems: the fit sees loops left of the dotted line and predicts "
-                 "the rest (dots: three measured examples, thin lines: their predictions)",
-                 fontsize=10)
+                 "the rest (dots: three measured examples, thin lines: their predictions); "
+                 "last panel: the task control", fontsize=10)
     fig.tight_layout()
     fig.savefig(out / f"{NAME}_paths.png", dpi=110)
     plt.close(fig)
