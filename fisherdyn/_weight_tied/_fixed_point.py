@@ -223,13 +223,13 @@ def fixed_point_report(model: LoopedTransformer,
         flat, unravel = jax.flatten_util.ravel_pytree(
             jax.tree_util.tree_map(lambda x: x[0], state_n))
         H, n_ctx, D = model.n_heads, model.config.n_ctx, flat.size
-        J, A, state = np.zeros((0, D, D)), np.zeros((0, H, n_ctx, D)), np.zeros((0, D))
-        attn, scores = np.zeros((0, H, n_ctx)), np.zeros((0, H, n_ctx))
-    eig = np.linalg.eigvals(J) if J.shape[0] else np.zeros((0, J.shape[1]), complex)
+        J, A, attn, scores, state = (np.zeros((0,) + shape) for shape in
+                                     ((D, D), (H, n_ctx, D), (H, n_ctx), (H, n_ctx), (D,)))
+    eig = np.linalg.eigvals(J)  # an empty stack gives (0, D)
     eig = np.take_along_axis(eig, np.argsort(-np.abs(eig), -1), -1)
     return FixedPointReport(
         n_loops=n, dt=model.dt, residual=np.asarray(res),
         carry_residual=None if model.loop is None else np.asarray(cres),
         attn_change=np.asarray(change), path_distance=np.asarray(dist), jacobian=J,
-        eigenvalues=eig, spectral_radius=np.abs(eig[:, 0]) if eig.shape[0] else np.zeros(0),
+        eigenvalues=eig, spectral_radius=np.abs(eig[:, 0]),
         attn_jacobian=A, attn=attn, scores=scores, state=state, unravel=unravel)
