@@ -186,6 +186,62 @@ def test_run_all_families(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+_TRACERS = (
+    "import json, sys\n"
+    "from fisherdyn._cli import main\n"
+    "code = main(sys.argv[1:])\n"
+    "print(json.dumps([m for m in ('diffrax', 'optimistix') if m in sys.modules]),"
+    " file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
+
+
+def _simulate_in_new_process(cache, *args):
+    """`fisherdyn simulate ARGS --json` in a new interpreter with its cache under `cache`:
+    the summary and the list of tracing libraries (diffrax, optimistix) it imported."""
+    env = dict(os.environ, FISHERDYN_CACHE=str(cache))
+    env.pop("FISHERDYN_NO_COMPILATION_CACHE", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    out = subprocess.run([sys.executable, "-c", _TRACERS, "simulate", *args, "--json"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout), json.loads(out.stderr.strip().splitlines()[-1])
+
+
+def _numbers(summary):
+    return np.array([v for k, v in sorted(summary.items()) if isinstance(v, float)]
+                    + summary["rho_final"] + summary["rho_stationary"]
+                    + summary["spectrum"]["omega2"] + summary["spectrum"]["rates"][0])
+
+
+def test_simulate_loads_its_exported_program_in_a_new_process(tmp_path):
+    """The first `fisherdyn simulate` exports its traced program (jax.export) beside the
+    compilation cache; a second process with the same options loads it, so it neither traces
+    nor imports Diffrax. Reference: the run with no cache, whose simulate, stationary and
+    relaxation_spectrum are called one by one in the process."""
+    argv = ["--entropy", "kaniadakis:0.3", "--scores", "1.3,0.2,-0.7", "--T", "0.8",
+            "--mass", "0.5", "--t1", "20"]
+    first, traced = _simulate_in_new_process(tmp_path, *argv)
+    (entry,) = (tmp_path / "exported").glob("simulate-*.jaxexport")
+    assert "diffrax" in traced  # the first process traced the program
+    second, traced = _simulate_in_new_process(tmp_path, *argv)
+    assert traced == [], traced
+    assert second == first
+    reference, _ = _simulate_in_new_process(tmp_path, *argv, "--no-compilation-cache")
+    assert reference["result"] == first["result"] == "successful"
+    # the same operations, compiled as one program instead of three: equal to round-off
+    np.testing.assert_allclose(_numbers(first), _numbers(reference), rtol=1e-12, atol=1e-15)
+    # a damaged entry is exported again, not trusted
+    size = entry.stat().st_size
+    entry.write_bytes(entry.read_bytes()[: size // 3])
+    third, traced = _simulate_in_new_process(tmp_path, *argv)
+    assert third == first and "diffrax" in traced and entry.stat().st_size == size
+    # another option is another program; a progress bar (a host callback) is not exported
+    _simulate_in_new_process(tmp_path, *argv[:-1], "10")
+    _simulate_in_new_process(tmp_path, *argv, "--progress")
+    assert len(list((tmp_path / "exported").glob("simulate-*.jaxexport"))) == 2
+
+
 @pytest.mark.parametrize("content,message", [(None, "shape (2, 3)"), ("", "is empty"),
                                              ("  \n", "is empty")])
 def test_bad_scores_file_is_one_line(tmp_path, capsys, content, message):

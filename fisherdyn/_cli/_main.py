@@ -79,8 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--no-compilation-cache",
             action="store_true",
-            help="do not keep compiled programs in $FISHERDYN_CACHE/jax (default: the user "
-            "cache directory)",
+            help="do not keep compiled programs in $FISHERDYN_CACHE/jax, nor simulate's traced "
+            "program in $FISHERDYN_CACHE/exported (default: the user cache directory)",
         )
         p.set_defaults(_parser=p)
     return parser

@@ -6,11 +6,13 @@ import argparse
 import json
 import math
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 
 import fisherdyn as fd
 
+from . import _exported
 from ._options import DEFAULT_SCORES
 from ._verify import entropy_label
 
@@ -39,7 +41,7 @@ def _jsonable(x):
     )
 
 
-def _summary(args, z, tr, st, sp) -> dict:
+def _summary(args, z, tr, result, st, sp) -> dict:
     ts = np.asarray(tr.ts)
     H = np.asarray(tr.energy)[np.isfinite(ts)]
     return dict(
@@ -49,7 +51,7 @@ def _summary(args, z, tr, st, sp) -> dict:
         mass=args.mass,
         damping=args.damping,
         coords=args.coords,
-        result=fd.result_name(tr.result),
+        result=result,
         t_final=float(tr.t_final),
         rho_initial=_jsonable(np.asarray(tr.rho)[0]),
         rho_final=_jsonable(tr.rho_final),
@@ -88,43 +90,100 @@ def _print_text(args, summary, tr, st):
         print(f"  wrote {args.out}")
 
 
-def simulate_command(args: argparse.Namespace) -> int:
-    if args.entropy is None:
-        args.entropy = fd.Shannon()
-    z = np.asarray(args.scores_file or args.scores or DEFAULT_SCORES, float)
-    rho0 = None if args.rho0 is None else np.asarray(args.rho0, float)
-    tr = fd.simulate(
-        args.entropy,
-        z,
-        args.T,
-        mass=args.mass,
-        damping=args.damping,
-        rho0=rho0,
+def _report_program(args, z, rho0):
+    """The run as one function of arrays (scores, T, damping, mass unless 0, rho0 if given)
+    returning a dict of arrays, and the static options it closes over."""
+    entropy = args.entropy
+    overdamped = args.mass == 0
+    static = dict(
+        entropy=type(entropy).__name__,
+        params={k: float(np.asarray(v)) for k, v in vars(entropy).items()},
+        overdamped=overdamped,
+        rho0=rho0 is not None,
         t1=args.t1,
-        saveat=args.n_save,
+        n_save=args.n_save,
         coords=args.coords,
         rtol=args.rtol,
         atol=args.atol,
         max_steps=args.max_steps,
         solver=args.solver,
-        throw=False,
         progress=args.progress,
     )
-    result = fd.result_name(tr.result)
+    arrays = [z, args.T, args.damping]
+    if not overdamped:
+        arrays.append(args.mass)
+    if rho0 is not None:
+        arrays.append(rho0)
+
+    def program(z, T, damping, *rest):
+        rest = list(rest)
+        mass = 0.0 if overdamped else rest.pop(0)
+        r0 = rest.pop(0) if rho0 is not None else None
+        tr = fd.simulate(
+            entropy, z, T, mass=mass, damping=damping, rho0=r0, t1=args.t1,
+            saveat=args.n_save, coords=args.coords, rtol=args.rtol, atol=args.atol,
+            max_steps=args.max_steps, solver=args.solver, throw=False,
+            progress=args.progress,
+        )
+        st = fd.stationary(entropy, z, T)
+        sp = fd.relaxation_spectrum(entropy, z, T, mass=mass, damping=damping, rho=st)
+        return dict(
+            ts=tr.ts, rho=tr.rho, energy=tr.energy, t_final=tr.t_final,
+            rho_final=tr.rho_final, constraint_drift=tr.constraint_drift,
+            num_steps=tr.stats["num_steps"], result=tr.result._value, stationary=st,
+            omega2=sp.omega2, rates=sp.rates, regime=sp.regime, slowest_rate=sp.slowest_rate,
+        )
+
+    return program, tuple(np.asarray(a, float) for a in arrays), static
+
+
+def _names():
+    """The words for the integer codes in a report (stored with an exported program)."""
+    from .._dynamics._spectrum import _REGIME_NAMES
+
+    return dict(
+        results={str(int(np.asarray(item._value))): name
+                 for name, item in fd.RESULTS._name_to_item.items()},
+        regimes=list(_REGIME_NAMES),
+    )
+
+
+def _as_run(report, names):
+    """The report's arrays as the trajectory and spectrum the summary reads."""
+    tr = SimpleNamespace(
+        **{k: report[k] for k in ("ts", "rho", "energy", "t_final", "rho_final",
+                                  "constraint_drift")},
+        stats={"num_steps": report["num_steps"]},
+    )
+    sp = SimpleNamespace(
+        omega2=report["omega2"], rates=report["rates"], slowest_rate=report["slowest_rate"],
+        regime_names=[names["regimes"][int(r)] for r in report["regime"].ravel()],
+    )
+    return tr, names["results"][str(int(report["result"]))], sp
+
+
+def simulate_command(args: argparse.Namespace) -> int:
+    if args.entropy is None:
+        args.entropy = fd.Shannon()
+    z = np.asarray(args.scores_file or args.scores or DEFAULT_SCORES, float)
+    rho0 = None if args.rho0 is None else np.asarray(args.rho0, float)
+    program, arrays, static = _report_program(args, z, rho0)
+    directory = None if args.no_compilation_cache else _exported.exported_dir()
+    report, names, _ = _exported.cached_call(
+        "simulate", program, arrays, static, meta=_names, directory=directory
+    )
+    tr, result, sp = _as_run(report, names)
     if result not in _REPORTED:
         hint = _HINTS.get(result, "")
         print(f"fisherdyn simulate: error: the solver stopped: {result}{hint}", file=sys.stderr)
         return 1
-    st = np.asarray(fd.stationary(args.entropy, z, args.T))
-    if not (np.all(np.isfinite(np.asarray(tr.rho_final))) and np.all(np.isfinite(st))):
+    st = report["stationary"]
+    if not (np.all(np.isfinite(tr.rho_final)) and np.all(np.isfinite(st))):
         # a runtime check that fired as NaN (EQX_ON_ERROR=nan), never printed as a result
         print("fisherdyn simulate: error: the computation returned non-finite weights",
               file=sys.stderr)
         return 1
-    sp = fd.relaxation_spectrum(
-        args.entropy, z, args.T, mass=args.mass, damping=args.damping, rho=st
-    )
-    summary = _summary(args, z, tr, st, sp)
+    summary = _summary(args, z, tr, result, st, sp)
     if args.out is not None:
         from ._plots import simulate_figure
 
