@@ -5,8 +5,9 @@
 - `fisherdyn simulate`: one trajectory, summarized as text or JSON, optionally plotted.
 - `fisherdyn sweep`: a TOML grid of relaxations into a resumable Zarr store.
 
-Every command keeps JAX's compiled programs in a persistent cache (`--no-compilation-cache`
-or `FISHERDYN_NO_COMPILATION_CACHE=1` to switch it off).
+Every command keeps JAX's compiled programs in a persistent cache, and `simulate` its traced
+program too (`--no-compilation-cache` or `FISHERDYN_NO_COMPILATION_CACHE=1` to switch them
+off).
 
 The parser is plain argparse and imports no JAX: a subcommand's module is imported after
 the arguments are parsed, so `--help`, `--version` and usage errors answer at once. Every bad
@@ -123,11 +124,14 @@ def main(argv=None) -> int:
         "jax" not in sys.modules
     ):
         # `run` compiles over a hundred programs per family and runs each once: XLA's
-        # backend optimizations cost more compile time (about a fifth) than they save.
-        # Read when JAX creates its CPU client, after this; a caller's XLA_FLAGS wins.
+        # backend optimizations and its CPU fusion emitters cost more compile time (a fifth,
+        # then half of the rest) than they save. Read when JAX creates its CPU client, after
+        # this (in the worker processes too, which inherit it); a caller's XLA_FLAGS wins.
         flags = os.environ.get("XLA_FLAGS", "")
-        if "xla_backend_optimization_level" not in flags:
-            os.environ["XLA_FLAGS"] = (flags + " --xla_backend_optimization_level=0").strip()
+        for flag in ("xla_backend_optimization_level=0", "xla_cpu_use_fusion_emitters=false"):
+            if flag.split("=")[0] not in flags:
+                flags = f"{flags} --{flag}".strip()
+        os.environ["XLA_FLAGS"] = flags
     args = build_parser().parse_args(_glue_negative_vectors(argv))
     if args.command == "simulate":
         _options.check_simulate(args, args._parser)

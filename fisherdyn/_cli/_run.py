@@ -25,42 +25,61 @@ _RATE_NOTE = (
 )
 
 
-def _run_jobs(table_families, families, z, T, mass, workers):
-    """The operator table's rows and `check_family` of every family, in order. Each is
-    many programs compiled and run once; XLA compiles with Python's lock released, so threads
-    overlap the compilations of different families on several cores. The table's rows are
-    submitted first, so the table prints while the families still relax."""
-    from concurrent.futures import ThreadPoolExecutor
+def _start_worker(cache: bool):
+    """A worker process verifies in float64, with the command's compilation cache."""
+    from ._options import enable_x64
+
+    enable_x64()
+    if cache:
+        from .._sweep import enable_compilation_cache
+
+        enable_compilation_cache()
+
+
+def _table_row(family):
+    return fd.operator_table(families=[family])
+
+
+def _import_plots():
+    from . import _plots  # noqa: F401
+
+
+def _run_jobs(table_families, families, z, T, mass, workers, cache, figures):
+    """`check_family` of every family and the operator table's rows, over `workers`
+    processes: (the checks, the table's rows). Each job is many programs traced, compiled
+    and run once; tracing holds Python's lock, so threads would trace one at a time,
+    processes trace side by side. The checks, the longest jobs, go first, so that the
+    workers' queues end close together; the relaxed families print as they finish."""
+    import multiprocessing
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
 
     from tqdm import tqdm
 
     n = len(table_families) + len(families)
     bar = tqdm(total=n, desc="fisherdyn run", unit="job", file=sys.stderr, disable=None,
                leave=False)
-    with bar, ThreadPoolExecutor(max_workers=workers) as pool:
-        rows = [pool.submit(fd.operator_table, families=[f]) for f in table_families]
+    # spawn: a forked child would inherit JAX's threads and state from this process
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_start_worker,
+                               initargs=(cache,), mp_context=multiprocessing.get_context("spawn"))
+    with bar:
         checks = [pool.submit(_verify.check_family, e, z, T, mass) for e in families]
-        if rows:
-            table = []
-            for fut in rows:
-                table += fut.result()
-                bar.update()
-            bar.write(fd.format_operator_table(table) + "\n", file=sys.stdout)
-        bar.write(
-            f"Damped Fisher-Lagrangian relaxation from uniform attention: N={z.size}, "
-            f"T={T:g}, m={mass:g}; regimes set from the spectrum at the fixed point (under: "
-            "0.3 x critical of the softest mode, critical: softest mode, over: 1.5 x critical "
-            "of the stiffest; flow: m=0)",
-            file=sys.stdout,
-        )
-        sys.stdout.flush()
-        out = []
+        rows = [pool.submit(_table_row, f) for f in table_families]
+        out, table = [], []
         for fut in checks:
             out.append(fut.result())
             bar.update()
             bar.write(f"  relaxed {out[-1].label}", file=sys.stdout)
             sys.stdout.flush()
-    return out
+        for k, fut in enumerate(rows):
+            if figures and k == len(rows) - 1:
+                # a worker is idle from here on: matplotlib imports there meanwhile
+                threading.Thread(target=_import_plots, daemon=True).start()
+            table += fut.result()
+            bar.update()
+    # the workers' exit (JAX's teardown) overlaps the figures
+    pool.shutdown(wait=False)
+    return out, table
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -71,12 +90,21 @@ def run_command(args: argparse.Namespace) -> int:
     table_families = [] if args.no_operator_table else list(TABLE_FAMILIES)
     workers = max(1, os.cpu_count() or 1)
     print(
-        f"fisherdyn run: {'' if args.no_operator_table else 'the operator table, then '}"
-        f"the relaxation of {len(families)} families in 4 regimes each "
-        f"({workers} threads); the first results take a few seconds of compilation",
+        f"fisherdyn run: the relaxation of {len(families)} families in 4 regimes each"
+        f"{'' if args.no_operator_table else ' and the operator table'} "
+        f"({workers} processes); the first results take a few seconds of compilation",
         flush=True,
     )
-    checks = _run_jobs(table_families, families, z, args.T, args.mass, workers)
+    checks, table = _run_jobs(table_families, families, z, args.T, args.mass, workers,
+                              not args.no_compilation_cache, not args.no_figures)
+    if table:
+        print(fd.format_operator_table(table) + "\n")
+    print(
+        f"Damped Fisher-Lagrangian relaxation from uniform attention: N={z.size}, "
+        f"T={args.T:g}, m={args.mass:g}; regimes set from the spectrum at the fixed point "
+        "(under: 0.3 x critical of the softest mode, critical: softest mode, over: 1.5 x "
+        "critical of the stiffest; flow: m=0)"
+    )
     rows = [row for check in checks for row in check.rows]
     print(_verify.format_table(rows))
     print(_RATE_NOTE)
