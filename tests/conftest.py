@@ -4,6 +4,13 @@ import sys
 # the CLI commands tests call in-process would otherwise write compiled programs into the
 # user cache directory
 os.environ.setdefault("FISHERDYN_NO_COMPILATION_CACHE", "1")
+# The suite is mostly compilation of small programs, each run a few times: XLA's CPU fusion
+# emitters cost more compile time than they save (about 30 % of the suite's time). A
+# caller's XLA_FLAGS naming the option wins (`--xla_cpu_use_fusion_emitters=true`: XLA's
+# default). Read when JAX creates its CPU client; subprocesses inherit it.
+_flags = os.environ.get("XLA_FLAGS", "")
+if "xla_cpu_use_fusion_emitters" not in _flags:
+    os.environ["XLA_FLAGS"] = f"{_flags} --xla_cpu_use_fusion_emitters=false".strip()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
