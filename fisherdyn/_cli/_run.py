@@ -1,4 +1,4 @@
-"""`fisherdyn run`: the operator table, then the dynamics check of every family and figures."""
+"""`fisherdyn run`: the dynamics check of every family, the operator table, and figures."""
 
 from __future__ import annotations
 
