@@ -10,7 +10,11 @@ Gaussian scores.
 
     python benchmarks/sweep.py [--problems 1024] [--chunk-size 256] [--n-keys 16] [--mass 0]
                                [--repeat 3] [--sizes 256,1024,4096] [--keys 8,16,32]
-                               [--scipy 8]
+                               [--scipy 8] [--saturation 1024,4096,16384,65536,262144]
+
+`--saturation B1,B2,...` adds relaxations per second of batched `relax` at N = 64
+(`--saturation-keys`) for each batch size, and the smallest batch within 10 % of the best
+throughput: the batch that saturates the device (on a GPU; the CPU saturates early).
 
 The sweep's fixed costs (creating the store, reading it back for the summary) are timed
 apart, so that the per-chunk overhead of the engine shows on its own; the engine overhead is
@@ -123,6 +127,8 @@ def main(argv=None):
     p.add_argument("--sizes", default="256,1024,4096", help="problem counts for the exponent")
     p.add_argument("--keys", default="8,16,32", help="N values for the exponent")
     p.add_argument("--scipy", type=int, default=8, help="problems in the scipy loop")
+    p.add_argument("--saturation", default="", help="batch sizes for the saturation curve")
+    p.add_argument("--saturation-keys", type=int, default=64, help="N of the saturation curve")
     args = p.parse_args(argv)
 
     import jax
@@ -199,6 +205,23 @@ def main(argv=None):
           f"exponent {_fit(sizes, by_size):.2f}")
     print(f"  batched relax, cost in N ({n} problems): {keys_text}  "
           f"exponent {_fit(keys, by_keys):.2f}")
+    if args.saturation:
+        _saturation(fd, [int(v) for v in args.saturation.split(",")], args.saturation_keys,
+                    args.mass, args.repeat)
+
+
+def _saturation(fd, sizes, n_keys, mass, repeat):
+    """Relaxations per second of batched `relax` (no path) against the batch size."""
+    rates = []
+    for size in sizes:
+        t = _median_time(_plain(fd, _spec(size, n_keys, mass), False)[0], repeat)
+        rates.append(size / t)
+        print(f"  saturation, N = {n_keys}: batch {size:8d}  {t:8.3f} s  "
+              f"{rates[-1]:10.0f} relaxations/s", flush=True)
+    best = max(rates)
+    knee = next(b for b, r in zip(sizes, rates) if r >= 0.9 * best)
+    print(f"  saturates at batch {knee} (within 10 % of the best, {best:.0f} relaxations/s; "
+          "goal >= 200,000/s on an H200-class GPU)")
 
 
 if __name__ == "__main__":

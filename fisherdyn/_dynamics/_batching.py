@@ -24,8 +24,16 @@ from ._system import FisherSystem
 
 __all__ = ["run"]
 
-# Problems per vmapped block: small enough for a block's state to stay in cache.
-_BLOCK = 256
+# Problems per vmapped block. On the CPU small enough for a block's state to stay in cache;
+# an accelerator needs many problems in flight at once to fill it, so it takes large blocks
+# (each block still stops at its own slowest member).
+_BLOCK = {"cpu": 256}
+_ACCELERATOR_BLOCK = 1 << 16
+
+
+def _block_size() -> int:
+    """Problems per vmapped block on the default backend (read when the batch is traced)."""
+    return _BLOCK.get(jax.default_backend(), _ACCELERATOR_BLOCK)
 
 
 def _batch_shape(problem: Problem, extra: tuple, extra_dims: tuple) -> tuple[int, ...]:
@@ -126,9 +134,10 @@ def _jit_batch(single, system, rho0, v0, extra, static, sharded=False):
         found = _explicit_batch_axis(args)
         if found is not None:
             return _vmap_explicitly_sharded(fn, args, *found)
-    if size <= _BLOCK or sharded:
+    block = _block_size()
+    if size <= block or sharded:
         return jax.vmap(fn)(args)
-    return jax.lax.map(fn, args, batch_size=_BLOCK)
+    return jax.lax.map(fn, args, batch_size=block)
 
 
 def run(
