@@ -36,26 +36,29 @@ seeds = 4
 """
 
 
-def _run(args, **env_extra) -> float:
+def _env(**extra) -> dict:
+    """This checkout's package on the path, the cache on unless `extra` switches it off."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env.pop("FISHERDYN_NO_COMPILATION_CACHE", None)
-    env.update(env_extra)
+    env.update(extra)
+    return env
+
+
+def _run(args, **env_extra) -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "fisherdyn", *args], check=True, env=env,
-                   capture_output=True)
+    subprocess.run([sys.executable, "-m", "fisherdyn", *args], check=True,
+                   env=_env(**env_extra), capture_output=True)
     return time.perf_counter() - t0
 
 
 def _run_command(cache, figures) -> tuple[float, float]:
     """`fisherdyn run` in a new process with an empty cache: (seconds to its first line of
     output, seconds to its end)."""
-    env = dict(os.environ, FISHERDYN_CACHE=cache)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-    env.pop("FISHERDYN_NO_COMPILATION_CACHE", None)
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "fisherdyn", "run", "--figures-dir", figures],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            env=_env(FISHERDYN_CACHE=cache), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
     proc.stdout.readline()
     first = time.perf_counter() - t0
     proc.stdout.read()
@@ -106,6 +109,7 @@ def main(argv=None):
         total = statistics.median(t for _, t in times["run"])
         print(f"  fisherdyn run, empty cache: {total:.1f} s (goal <= 45 s), first line after "
               f"{first:.1f} s (goal <= 2 s); {os.cpu_count()} cores")
+
 
 if __name__ == "__main__":
     main()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import diffrax
 import numpy as np
 
-__all__ = ["RESULTS", "result_name"]
+__all__ = ["RESULTS", "result_name", "result_names"]
 
 
 class RESULTS(diffrax.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
@@ -37,6 +37,11 @@ class RESULTS(diffrax.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
     )
 
 
+def result_names() -> dict[int, str]:
+    """Every result code's integer value and its name."""
+    return {int(np.asarray(item._value)): name for name, item in RESULTS._name_to_item.items()}
+
+
 def result_name(result) -> str | np.ndarray:
     """The name of a result code as a word (`"successful"`, `"boundary_reached"`, ...).
 
@@ -48,7 +53,7 @@ def result_name(result) -> str | np.ndarray:
 
     **Returns:** a `str` for a scalar code, else a NumPy array of `str`.
     """
-    names = {int(np.asarray(item._value)): name for name, item in RESULTS._name_to_item.items()}
+    names = result_names()
     values = np.asarray(result._value)
     if values.ndim == 0:
         return names[int(values)]

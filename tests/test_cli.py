@@ -211,7 +211,8 @@ def _simulate_in_new_process(cache, *args):
 def _numbers(summary):
     return np.array([v for k, v in sorted(summary.items()) if isinstance(v, float)]
                     + summary["rho_final"] + summary["rho_stationary"]
-                    + summary["spectrum"]["omega2"] + summary["spectrum"]["rates"][0])
+                    + summary["spectrum"]["omega2"]
+                    + np.ravel(summary["spectrum"]["rates"]).tolist())
 
 
 def test_simulate_loads_its_exported_program_in_a_new_process(tmp_path):

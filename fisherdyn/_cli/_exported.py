@@ -10,8 +10,8 @@ An entry is found by a key over everything that shapes the program: the name and
 static options the caller passes, the shapes and dtypes of the arguments, the source of
 the installed fisherdyn, the versions of JAX and of the libraries it traces through, and
 the settings read at trace time (x64, `EQX_ON_ERROR`, the backend). Outputs are a dict of
-arrays (pytrees of Equinox modules do not serialize). A program that cannot be exported
-(a host callback, e.g. a progress bar) or a damaged entry falls back to `jax.jit`.
+arrays (pytrees of Equinox modules do not serialize). A damaged entry is exported again; a
+program that cannot be exported (a host callback, e.g. a progress bar) is called as it is.
 """
 
 from __future__ import annotations

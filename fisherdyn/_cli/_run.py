@@ -40,18 +40,13 @@ def _table_row(family):
     return fd.operator_table(families=[family])
 
 
-def _import_plots():
-    from . import _plots  # noqa: F401
-
-
-def _run_jobs(table_families, families, z, T, mass, workers, cache, figures):
+def _run_jobs(table_families, families, z, T, mass, workers, cache):
     """`check_family` of every family and the operator table's rows, over `workers`
     processes: (the checks, the table's rows). Each job is many programs traced, compiled
     and run once; tracing holds Python's lock, so threads would trace one at a time,
     processes trace side by side. The checks, the longest jobs, go first, so that the
     workers' queues end close together; the relaxed families print as they finish."""
     import multiprocessing
-    import threading
     from concurrent.futures import ProcessPoolExecutor
 
     from tqdm import tqdm
@@ -62,23 +57,23 @@ def _run_jobs(table_families, families, z, T, mass, workers, cache, figures):
     # spawn: a forked child would inherit JAX's threads and state from this process
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_start_worker,
                                initargs=(cache,), mp_context=multiprocessing.get_context("spawn"))
-    with bar:
-        checks = [pool.submit(_verify.check_family, e, z, T, mass) for e in families]
-        rows = [pool.submit(_table_row, f) for f in table_families]
-        out, table = [], []
-        for fut in checks:
-            out.append(fut.result())
-            bar.update()
-            bar.write(f"  relaxed {out[-1].label}", file=sys.stdout)
-            sys.stdout.flush()
-        for k, fut in enumerate(rows):
-            if figures and k == len(rows) - 1:
-                # a worker is idle from here on: matplotlib imports there meanwhile
-                threading.Thread(target=_import_plots, daemon=True).start()
-            table += fut.result()
-            bar.update()
-    # the workers' exit (JAX's teardown) overlaps the figures
-    pool.shutdown(wait=False)
+    try:
+        with bar:
+            checks = [pool.submit(_verify.check_family, e, z, T, mass) for e in families]
+            rows = [pool.submit(_table_row, f) for f in table_families]
+            out, table = [], []
+            for fut in checks:
+                out.append(fut.result())
+                bar.update()
+                bar.write(f"  relaxed {out[-1].label}", file=sys.stdout)
+                sys.stdout.flush()
+            for fut in rows:
+                table += fut.result()
+                bar.update()
+    finally:
+        # the workers' exit (JAX's teardown) overlaps the figures; after a failure nothing
+        # queued starts
+        pool.shutdown(wait=False, cancel_futures=True)
     return out, table
 
 
@@ -96,7 +91,7 @@ def run_command(args: argparse.Namespace) -> int:
         flush=True,
     )
     checks, table = _run_jobs(table_families, families, z, args.T, args.mass, workers,
-                              not args.no_compilation_cache, not args.no_figures)
+                              not args.no_compilation_cache)
     if table:
         print(fd.format_operator_table(table) + "\n")
     print(

@@ -140,12 +140,10 @@ def _report_program(args, z, rho0):
 def _names():
     """The words for the integer codes in a report (stored with an exported program)."""
     from .._dynamics._spectrum import _REGIME_NAMES
+    from .._results import result_names
 
-    return dict(
-        results={str(int(np.asarray(item._value))): name
-                 for name, item in fd.RESULTS._name_to_item.items()},
-        regimes=list(_REGIME_NAMES),
-    )
+    return dict(results={str(k): v for k, v in result_names().items()},
+                regimes=list(_REGIME_NAMES))
 
 
 def _as_run(report, names):

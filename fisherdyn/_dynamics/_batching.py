@@ -27,13 +27,13 @@ __all__ = ["run"]
 # Problems per vmapped block. On the CPU small enough for a block's state to stay in cache;
 # an accelerator needs many problems in flight at once to fill it, so it takes large blocks
 # (each block still stops at its own slowest member).
-_BLOCK = {"cpu": 256}
+_CPU_BLOCK = 256
 _ACCELERATOR_BLOCK = 1 << 16
 
 
 def _block_size() -> int:
     """Problems per vmapped block on the default backend (read when the batch is traced)."""
-    return _BLOCK.get(jax.default_backend(), _ACCELERATOR_BLOCK)
+    return _CPU_BLOCK if jax.default_backend() == "cpu" else _ACCELERATOR_BLOCK
 
 
 def _batch_shape(problem: Problem, extra: tuple, extra_dims: tuple) -> tuple[int, ...]:
