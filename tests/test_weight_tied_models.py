@@ -436,6 +436,32 @@ def test_deq_training_options_and_cache_key(tmp_path):
         train_looped(FP_TINY, residual_penalty=1.0, **kw)
 
 
+def test_deq_training_scan_lengths_do_not_change_the_training(monkeypatch):
+    # Reference: the same run with one scan length (every step runs hi loops, the loops past
+    # the drawn n at zero weight). Running each step to the shortest of four lengths that
+    # covers its n must give the same losses: float32 round-off differs between the compiled
+    # programs, ~1e-7 relative per step, so 1e-5 over 6 steps.
+    from fisherdyn._weight_tied import _training
+
+    for lo, hi in ((3, 9), (8, 24), (5, 5), (2, 3)):
+        b = _training._loop_buckets(lo, hi)
+        assert b[-1] == hi and len(b) <= _training._LOOP_BUCKETS and b == sorted(set(b))
+        assert all(any(lo <= n <= x for x in b) for n in range(lo, hi + 1))
+    counts = _training._loop_counts(jr.PRNGKey(3), 400, 3, 9)
+    assert counts.min() == 3 and counts.max() == 9  # both ends are drawn
+    kw = dict(seed=2, steps=6, batch=8, eval_batch=8, progress=False, use_cache=False,
+              loops=(3, 9), residual_penalty=1.0)
+    monkeypatch.setattr(_training, "_SHORT_RUN", 0)  # buckets only pay on long runs
+    bucketed = _training.train_looped(FP_TINY, **kw)
+    monkeypatch.setattr(_training, "_LOOP_BUCKETS", 1)
+    assert _training._loop_buckets(3, 9) == [9]
+    full = _training.train_looped(FP_TINY, **kw)
+    np.testing.assert_allclose(bucketed.loss_history, full.loss_history, rtol=1e-5)
+    leaves = lambda m: jax.tree_util.tree_leaves(eqx.filter(m, eqx.is_inexact_array))  # noqa: E731
+    for a, c in zip(leaves(bucketed.model), leaves(full.model)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(c), rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.slow
 def test_deq_training_shrinks_the_fixed_point_residual():
     # Reference: the same tiny model trained at fixed depth. Trained over loop counts

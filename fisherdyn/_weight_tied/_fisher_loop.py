@@ -105,7 +105,9 @@ def _fisher_row(entropy, x, v, z, T, mass, damping, dt, substeps):
                                       k1, k2, k3, k4)
         return axpy(h, incr, y), None
 
-    y, _ = jax.lax.scan(rk4, (x, v), length=substeps)
+    # rematerialized: reverse mode then stores one state per substep, not every stage's
+    # intermediates, which made the backward pass 6x the forward one for Tsallis
+    y, _ = jax.lax.scan(jax.checkpoint(rk4), (x, v), length=substeps)
     return y
 
 

@@ -44,8 +44,8 @@ class TrainedLooped:
     - `accuracy`: on a fixed held-out batch at the trained depth.
     - `loss_history` `(steps,)`: training losses.
     - `seconds`: wall time of the training run that produced the weights (compilation
-      included; not of the cache load); `step_ms`: the time per training step after
-      compilation.
+      included; not of the cache load); `step_ms`: the median time of a training step
+      (compilations excluded).
     - `from_cache`: the weights were loaded; `path`: of the cached weights (None if caching
       was off).
     """
@@ -69,7 +69,7 @@ def _loss_fn(model, tokens, labels, first):
 def _deq_loss_fn(model, tokens, labels, n, loss_from, n_max, penalty):
     """The loss at a drawn loop count n <= n_max: the cross entropy averaged over loops
     floor(loss_from n)..n, plus `penalty` times the mean relative residual of loop n.
-    The scan always runs n_max loops (one compiled program for every n); loops past n get
+    The scan runs n_max loops (one compiled program for every n <= n_max); loops past n get
     zero weight."""
     logits, xs, _ = jax.vmap(lambda t: model.run(t, n_max))(tokens)
     logp = jax.nn.log_softmax(logits, -1)
@@ -88,13 +88,31 @@ def _deq_loss_fn(model, tokens, labels, n, loss_from, n_max, penalty):
 
 
 _SHORT_RUN = 400  # training steps below which the step compiles at XLA level 0
+# Fixed-point training runs each step's scan to the shortest of this many lengths that
+# covers its drawn n, not always to hi: U{L..3L} then costs 1.1x the loops of U{L..2L}
+# instead of 1.5x, for three more compiled steps.
+_LOOP_BUCKETS = 4
+
+
+def _loop_buckets(lo, hi):
+    """The scan lengths of fixed-point training over n in lo..hi, increasing, ending at hi."""
+    k = min(_LOOP_BUCKETS, hi - lo + 1)
+    return sorted({lo + math.ceil((hi - lo) * j / k) for j in range(1, k + 1)} | {hi})
+
+
+def _loop_counts(k_data, steps, lo, hi):
+    """The loop count of every step, drawn from its own stream (`fold_in(step key, 1)`) so
+    that the problems do not depend on it, `(steps,)` int."""
+    draw = lambda i: jr.randint(jr.fold_in(jr.fold_in(k_data, i), 1), (), lo, hi + 1)  # noqa: E731
+    return np.asarray(jax.vmap(draw)(jnp.arange(steps, dtype=jnp.int32)))
 
 
 @functools.lru_cache(maxsize=32)
-def _training_step(config, batch, first, lr, weight_decay, steps, loops=None, loss_from=0.5,
+def _training_step(config, batch, first, lr, weight_decay, steps, n_max=None, loss_from=0.5,
                    penalty=0.0):
-    """(optimizer, compiled step) for one config and recipe, reused across calls; `loops`
-    `(lo, hi)` selects the fixed-point loss at a loop count drawn per step."""
+    """(optimizer, compiled step) for one config and recipe, reused across calls; `n_max`
+    selects the fixed-point loss at the step's loop count `n <= n_max` (an argument), the
+    scan running n_max loops."""
     schedule = optax.warmup_cosine_decay_schedule(0.0, lr, max(1, steps // 20), steps, lr * 0.02)
     optim = optax.chain(optax.clip_by_global_norm(1.0),
                         optax.adamw(schedule, weight_decay=weight_decay))
@@ -102,17 +120,14 @@ def _training_step(config, batch, first, lr, weight_decay, steps, loops=None, lo
     jit = functools.partial(eqx.filter_jit, **RUN_ONCE) if steps < _SHORT_RUN else eqx.filter_jit
 
     @jit
-    def train_step(model, opt_state, k_data, i):
-        k_step = jr.fold_in(k_data, i)
-        data = task_batch(config, k_step, batch)
-        if loops is None:
+    def train_step(model, opt_state, k_data, i, n=None):
+        data = task_batch(config, jr.fold_in(k_data, i), batch)
+        if n_max is None:
             loss, grads = eqx.filter_value_and_grad(_loss_fn)(model, data.tokens, data.labels,
                                                               first)
         else:
-            # the loop count from its own stream, so the problems do not depend on it
-            n = jr.randint(jr.fold_in(k_step, 1), (), loops[0], loops[1] + 1)
             loss, grads = eqx.filter_value_and_grad(_deq_loss_fn)(
-                model, data.tokens, data.labels, n, loss_from, loops[1], penalty)
+                model, data.tokens, data.labels, n, loss_from, n_max, penalty)
         params = eqx.filter(model, eqx.is_inexact_array)
         updates, opt_state = optim.update(grads, opt_state, params)
         return eqx.apply_updates(model, updates), opt_state, loss
@@ -137,14 +152,23 @@ def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_fro
               loops=None, residual_penalty=0.0):
     first = min(int(math.floor(loss_from * config.n_loops)), config.n_loops)
     hyper = (batch, first, lr, weight_decay, steps)
-    if loops is not None:
-        hyper = hyper + (loops, loss_from, residual_penalty)
     try:
         hash(config)
         build = _training_step  # compiled once per (config, recipe), reused across calls
     except TypeError:  # array-valued entropy parameters: no reuse
         build = _training_step.__wrapped__
-    optim, train_step = build(config, *hyper)
+    if loops is None:
+        optim, step = build(config, *hyper)
+        steps_for = lambda n: step  # noqa: E731
+        counts = [None] * steps
+    else:
+        # a short run would spend the saving on compiling the other lengths
+        buckets = _loop_buckets(*loops) if steps >= _SHORT_RUN else [loops[1]]
+        compiled = {b: build(config, *hyper, b, loss_from, residual_penalty)[1]
+                    for b in buckets}
+        optim = build(config, *hyper, buckets[-1], loss_from, residual_penalty)[0]
+        counts = _loop_counts(k_data, steps, *loops)
+        steps_for = lambda n: compiled[next(b for b in buckets if b >= n)]  # noqa: E731
     opt_state = optim.init(eqx.filter(model, eqx.is_inexact_array))
     losses = np.zeros(steps)
     bar = None
@@ -152,20 +176,24 @@ def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_fro
         from tqdm.auto import tqdm
 
         bar = tqdm(total=steps, desc=f"train {config.entropy!r}", leave=True)
-    start = compiled = time.perf_counter()
+    durations = np.zeros(steps)
+    start = last = time.perf_counter()
     for i in range(steps):
-        model, opt_state, loss = train_step(model, opt_state, k_data, jnp.asarray(i, jnp.int32))
+        n = counts[i]
+        args = () if n is None else (jnp.asarray(n, jnp.int32),)
+        model, opt_state, loss = steps_for(n)(model, opt_state, k_data,
+                                              jnp.asarray(i, jnp.int32), *args)
         losses[i] = float(loss)
-        if i == 0:
-            compiled = time.perf_counter()
+        now = time.perf_counter()
+        durations[i], last = now - last, now
         if bar is not None:
             bar.update(1)
             if i % 25 == 0 or i == steps - 1:
                 bar.set_postfix(loss=f"{losses[i]:.3f}")
-    end = time.perf_counter()
     if bar is not None:
         bar.close()
-    return model, losses, end - start, 1e3 * (end - compiled) / max(1, steps - 1)
+    # the median step: the first step of each compiled length is its compilation
+    return model, losses, last - start, 1e3 * float(np.median(durations))
 
 
 def _load(config, weights_path, meta_path, progress):
@@ -228,7 +256,8 @@ def train_looped(
     - `loops`: None (or L) trains at the config's L loops. `(lo, hi)`: fixed-point
       (DEQ-style) training, each step at a loop count $n$ drawn uniformly from
       `lo..hi` (e.g. `(L, 3 * L)`) at the trained step $c/L$, the loss averaged over loops
-      `floor(loss_from * n)..n`.
+      `floor(loss_from * n)..n`. With `steps >= 400` a step runs the shortest of four
+      scan lengths up to `hi` that covers its n (the loops past n carry zero weight).
     - `residual_penalty`: with `loops = (lo, hi)`, adds this times the mean relative
       residual $\\|x_n - x_{n-1}\\|^2/\\|x_n\\|^2$ of the last loop.
 
@@ -273,7 +302,7 @@ def train_looped(
         accuracy = evaluate_looped(model, k_eval, eval_batch)
     if progress:
         print(f"train_looped: {config.entropy!r} accuracy {accuracy:.3f} "
-              f"({seconds:.1f} s, {step_ms:.1f} ms/step after compilation)")
+              f"({seconds:.1f} s, median step {step_ms:.1f} ms)")
     trained = TrainedLooped(model, accuracy, losses, seconds, step_ms, False,
                             str(weights_path) if use_cache else None)
     if use_cache:
