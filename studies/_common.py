@@ -24,8 +24,9 @@ from pathlib import Path
 import numpy as np
 
 
-def setup(name: str, description: str, argv=None):
-    """Parse `--quick` / `--out DIR`, switch JAX to float64 and matplotlib to Agg.
+def setup(name: str, description: str, argv=None, add_arguments=None):
+    """Parse `--quick` / `--out DIR` (and the study's own options: `add_arguments(parser)`),
+    switch JAX to float64 and matplotlib to Agg.
 
     Returns (args, ledger)."""
     p = argparse.ArgumentParser(prog=f"studies/{name}.py", description=description)
@@ -33,6 +34,8 @@ def setup(name: str, description: str, argv=None):
                    help="small grids and fewer families: seconds, for the test suite")
     p.add_argument("--out", type=Path, default=Path("figures"),
                    help="directory for <study>.png and <study>.json (default figures/)")
+    if add_arguments is not None:
+        add_arguments(p)
     args = p.parse_args(argv)
     import jax
 
