@@ -106,7 +106,7 @@ def _fisher_row(entropy, x, v, z, T, mass, damping, dt, substeps):
         return axpy(h, incr, y), None
 
     # rematerialized: reverse mode then stores one state per substep, not every stage's
-    # intermediates, which made the backward pass 6x the forward one for Tsallis
+    # intermediates, whose stores dominated the backward pass
     y, _ = jax.lax.scan(jax.checkpoint(rk4), (x, v), length=substeps)
     return y
 

@@ -164,9 +164,9 @@ def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_fro
     else:
         # a short run would spend the saving on compiling the other lengths
         buckets = _loop_buckets(*loops) if steps >= _SHORT_RUN else [loops[1]]
-        compiled = {b: build(config, *hyper, b, loss_from, residual_penalty)[1]
-                    for b in buckets}
-        optim = build(config, *hyper, buckets[-1], loss_from, residual_penalty)[0]
+        built = {b: build(config, *hyper, b, loss_from, residual_penalty) for b in buckets}
+        optim = built[buckets[-1]][0]  # the same schedule for every length
+        compiled = {b: step for b, (_, step) in built.items()}
         counts = _loop_counts(k_data, steps, *loops)
         steps_for = lambda n: compiled[next(b for b in buckets if b >= n)]  # noqa: E731
     opt_state = optim.init(eqx.filter(model, eqx.is_inexact_array))
