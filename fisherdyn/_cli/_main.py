@@ -20,7 +20,7 @@ import argparse
 import os
 import sys
 
-from . import _options
+from . import _options, _stationary_cmd
 
 __all__ = ["main", "build_parser"]
 
@@ -37,6 +37,10 @@ _COMMANDS = {
     "sweep": (
         "relax every problem of a TOML grid into a resumable Zarr store",
         _options.configure_sweep,
+    ),
+    "stationary": (
+        "the stationary weights of a family for given scores (JSON, CSV or NPY)",
+        _stationary_cmd.configure_stationary,
     ),
 }
 
@@ -135,6 +139,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(_glue_negative_vectors(argv))
     if args.command == "simulate":
         _options.check_simulate(args, args._parser)
+    if args.command == "stationary":
+        _stationary_cmd.check_stationary(args, args._parser)
     if args.command == "sweep":
         _options.check_sweep(args, args._parser)
         # Equinox's runtime checks as NaN instead of a host callback, which JAX never
@@ -154,6 +160,8 @@ def main(argv=None) -> int:
         from ._run import run_command
 
         return int(run_command(args) or 0)
+    if args.command == "stationary":
+        return int(_stationary_cmd.stationary_command(args) or 0)
     from ._simulate import simulate_command
 
     return int(simulate_command(args) or 0)

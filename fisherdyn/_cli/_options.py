@@ -188,9 +188,12 @@ def configure_run(p: argparse.ArgumentParser):
 
 
 def configure_simulate(p: argparse.ArgumentParser):
+    from ._save import add_save_option
+
     _problem_options(p)
     _solver_options(p)
     _output_options(p)
+    add_save_option(p)
 
 
 def _problem_options(p):

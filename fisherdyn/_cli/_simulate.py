@@ -88,6 +88,8 @@ def _print_text(args, summary, tr, st):
     )
     if args.out is not None:
         print(f"  wrote {args.out}")
+    if args.save is not None:
+        print(f"  wrote {args.save}")
 
 
 def _report_program(args, z, rho0):
@@ -130,6 +132,7 @@ def _report_program(args, z, rho0):
         return dict(
             ts=tr.ts, rho=tr.rho, energy=tr.energy, t_final=tr.t_final,
             rho_final=tr.rho_final, constraint_drift=tr.constraint_drift,
+            rho_dot=tr.rho_dot, lam=tr.lam, rho_dot_final=tr.rho_dot_final,
             num_steps=tr.stats["num_steps"], result=tr.result._value, stationary=st,
             omega2=sp.omega2, rates=sp.rates, regime=sp.regime, slowest_rate=sp.slowest_rate,
         )
@@ -171,6 +174,10 @@ def simulate_command(args: argparse.Namespace) -> int:
         "simulate", program, arrays, static, meta=_names, directory=directory
     )
     tr, result, sp = _as_run(report, names)
+    if args.save is not None:  # whatever the result, which the file records
+        from ._save import save_trajectory
+
+        save_trajectory(args.save, report, names, args, z)
     if result not in _REPORTED:
         hint = _HINTS.get(result, "")
         print(f"fisherdyn simulate: error: the solver stopped: {result}{hint}", file=sys.stderr)
@@ -182,6 +189,8 @@ def simulate_command(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     summary = _summary(args, z, tr, result, st, sp)
+    if args.save is not None:
+        summary["trajectory"] = str(args.save)
     if args.out is not None:
         from ._plots import simulate_figure
 
