@@ -2,8 +2,10 @@
 
 - `fisherdyn run`: the verification run behind `make run` (the operator table, then every
   family relaxed in three damping regimes and the overdamped flow, and two figures).
-- `fisherdyn simulate`: one trajectory, summarized as text or JSON, optionally plotted.
+- `fisherdyn simulate`: one trajectory, summarized as text or JSON, optionally plotted or
+  saved whole (`--save traj.nc|.npz`).
 - `fisherdyn sweep`: a TOML grid of relaxations into a resumable Zarr store.
+- `fisherdyn stationary`: scores in, the stationary weights of a family out (JSON/CSV/NPY).
 
 Every command keeps JAX's compiled programs in a persistent cache, and `simulate` its traced
 program too (`--no-compilation-cache` or `FISHERDYN_NO_COMPILATION_CACHE=1` to switch them
