@@ -241,3 +241,19 @@ def test_simulate_save_npz_keeps_an_early_stop(tmp_path, capsys):
 def test_simulate_save_bad_path_is_one_line_exit_2(name, message, tmp_path, capsys):
     code, out, err = cli(capsys, "simulate", "--save", tmp_path / name)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_stationary_program_is_cacheable(tmp_path):
+    # Equinox's runtime checks as NaN (no host callback), so JAX may keep the program in its
+    # persistent cache; set before the entropy argument imports equinox
+    import os
+    import subprocess
+
+    code = ("import os; from fisherdyn._cli import main; "
+            "c = main(['stationary', '--entropy', 'burg', '--scores', '1,2']); "
+            "print(c, os.environ.get('EQX_ON_ERROR'))")
+    env = {k: v for k, v in os.environ.items() if k != "EQX_ON_ERROR"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "0 nan"

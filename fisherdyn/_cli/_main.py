@@ -119,11 +119,12 @@ def _glue_negative_vectors(argv):
 def main(argv=None) -> int:
     """Parse `argv` (default `sys.argv[1:]`), run the subcommand, return its exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if next((a for a in argv if not a.startswith("-")), None) == "simulate":
-        # as for `sweep` below: simulate's input is checked by the parser and its solver
-        # failures come back as result codes, so the runtime checks can be NaN and the
-        # program cacheable. Set before parsing, whose entropy argument imports equinox;
-        # a process that has imported it already (a caller of `main`) keeps its setting.
+    if next((a for a in argv if not a.startswith("-")), None) in ("simulate", "stationary"):
+        # as for `sweep` below: the input is checked by the parser, simulate's solver
+        # failures come back as result codes and stationary refuses non-finite weights, so
+        # the runtime checks can be NaN and the program cacheable. Set before parsing, whose
+        # entropy argument imports equinox; a process that has imported it already (a
+        # caller of `main`) keeps its setting.
         if "equinox" not in sys.modules:
             os.environ.setdefault("EQX_ON_ERROR", "nan")
     if next((a for a in argv if not a.startswith("-")), None) == "run" and (
