@@ -236,10 +236,25 @@ def test_simulate_save_npz_keeps_an_early_stop(tmp_path, capsys):
         assert json.loads(str(saved["options"]))["coords"] == "simplex"
 
 
-@pytest.mark.parametrize("name, message", [("traj.h5", "must end in .nc or .npz"),
-                                           ("missing/traj.nc", "no directory")])
-def test_simulate_save_bad_path_is_one_line_exit_2(name, message, tmp_path, capsys):
-    code, out, err = cli(capsys, "simulate", "--save", tmp_path / name)
+PROC = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+
+
+@pytest.mark.parametrize(
+    "command, name, message",
+    [
+        ("simulate", "traj.h5", "must end in .nc or .npz"),
+        ("simulate", "missing/traj.nc", "no directory"),
+        ("simulate", "traj.nc/", "is a directory"),
+        # writable by its permission bits for root, yet no file can be created there
+        pytest.param("simulate", "/proc/traj.nc", "cannot create files", marks=PROC),
+        pytest.param("stationary", "/proc/w.json", "cannot create files", marks=PROC),
+    ],
+)
+def test_output_path_is_checked_before_computing(command, name, message, tmp_path, capsys):
+    (tmp_path / "traj.nc").mkdir()
+    option = "--save" if command == "simulate" else "--out"
+    extra = ["--scores", "1,2"] if command == "stationary" else []
+    code, out, err = cli(capsys, command, *extra, option, tmp_path / name)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and message in err
 
 

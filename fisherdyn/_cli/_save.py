@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["save_arg", "add_save_option", "save_trajectory"]
+__all__ = ["save_arg", "add_save_option", "save_trajectory", "output_file_error"]
 
 SUFFIXES = (".nc", ".npz")
 
@@ -25,18 +25,35 @@ _PER_TIME = {
 }
 
 
+def output_file_error(path: Path) -> str | None:
+    """Why the file `path` cannot be written, or None. Creating a file beside it is tried,
+    since permission bits do not bind root and some file systems (/proc) refuse anyway."""
+    import tempfile
+
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        return f"{path} is a directory"
+    if not parent.is_dir():
+        return f"no directory {parent} to write {path.name} into"
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"{path} is not writable"
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".fisherdyn-write-test-")
+    except OSError as e:
+        return f"cannot create files in {parent} ({e.strerror or e})"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
 def save_arg(text: str) -> Path:
-    """A `.nc` or `.npz` path whose directory exists: checked before any computation."""
+    """A `.nc` or `.npz` path that can be written: checked before any computation."""
     path = Path(text)
     if path.suffix.lower() not in SUFFIXES:
         raise argparse.ArgumentTypeError(f"must end in .nc or .npz, got {text!r}")
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a directory")
-    if not parent.is_dir():
-        raise argparse.ArgumentTypeError(f"no directory {parent} to write {path.name} into")
-    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise argparse.ArgumentTypeError(f"{text} is not writable")
+    error = output_file_error(path)
+    if error is not None:
+        raise argparse.ArgumentTypeError(error)
     return path
 
 

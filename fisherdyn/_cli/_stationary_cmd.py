@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -201,13 +200,11 @@ def _output_format(args, parser) -> str:
 
 def _check_out(path: Path, parser):
     """The output file can be written: checked before any computation."""
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        parser.error(f"argument --out: {path} is a directory")
-    if not parent.is_dir():
-        parser.error(f"argument --out: no directory {parent} to write {path.name} into")
-    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        parser.error(f"argument --out: {path} is not writable")
+    from ._save import output_file_error
+
+    error = output_file_error(path)
+    if error is not None:
+        parser.error(f"argument --out: {error}")
 
 
 def check_stationary(args: argparse.Namespace, parser: argparse.ArgumentParser):
