@@ -272,3 +272,17 @@ def test_stationary_program_is_cacheable(tmp_path):
                          env=env, cwd=tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().splitlines()[-1] == "0 nan"
+
+
+def test_stationary_npy_input_and_mask_file(tmp_path, capsys):
+    np.save(tmp_path / "z.npy", ROWS[:2])
+    np.save(tmp_path / "m.npy", np.array([1, 1, 0, 1, 1]))
+    code, out, err = cli(capsys, "stationary", "--scores-file", tmp_path / "z.npy",
+                         "--mask-file", tmp_path / "m.npy")
+    assert code == 0, err
+    w = np.array(json.loads(out)["weights"])
+    keep = [0, 1, 3, 4]
+    # softmax over the kept keys (float64 round-off)
+    np.testing.assert_allclose(w[:, keep], scipy.special.softmax(ROWS[:2][:, keep], axis=-1),
+                               rtol=1e-13)
+    assert np.all(w[:, 2] == 0.0)
