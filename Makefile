@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: run test figures bench docs clean
+.PHONY: run test figures bench docs docs-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,8 +35,13 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/dynamics.py
 	$(BIN)/python benchmarks/import_time.py
 
+# the site goes to site/; open site/index.html from disk, or run `mkdocs serve`
 docs: $(DOCS_STAMP)
 	$(BIN)/mkdocs build --strict
+
+# the built site opened from disk in headless Chromium with no network (apt-get install chromium)
+docs-check: docs
+	$(BIN)/python docs/_check/check_site.py site
 
 clean:
 	rm -rf $(VENV) .pytest_cache run site

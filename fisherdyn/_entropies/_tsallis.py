@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._custom_types import ArrayLike
-from .._misc import concrete_float
+from .._misc import concrete_float, real_parameter
 from ._base import AbstractSeparableEntropy, _masked_sum, _safe_log
 
 
@@ -24,8 +24,8 @@ class Tsallis(AbstractSeparableEntropy):
     may_have_cutoff: ClassVar[bool] = True
 
     def __check_init__(self):
-        q = concrete_float(self.q)
-        if q is not None and not (q > 0 and q != 1 and np.isfinite(q)):
+        q = real_parameter(self.q, "q", "Tsallis")
+        if q is not None and not np.all((q > 0) & (q != 1) & np.isfinite(q)):
             raise ValueError(f"Tsallis needs q > 0 and q != 1 (q = 1 is Shannon); got q={q}.")
 
     def G(self, x):
