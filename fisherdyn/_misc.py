@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import reprlib
+
+import equinox as eqx
 import jax
+import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
@@ -23,6 +27,43 @@ def concrete_float(x) -> float | None:
 def is_concrete(tree) -> bool:
     """Whether no leaf of `tree` is a tracer (its values can be checked in Python)."""
     return not any(isinstance(leaf, jax.core.Tracer) for leaf in jtu.tree_leaves(tree))
+
+
+def check(cond_ok, message: str, value):
+    """Raise `ValueError(message)` now when `cond_ok` is concrete, else attach a runtime check
+    (`eqx.error_if`) to `value`: the one rule every public entry point follows."""
+    if is_concrete(cond_ok):
+        if not bool(np.all(np.asarray(cond_ok))):
+            raise ValueError(message)
+        return value
+    return eqx.error_if(value, ~jnp.all(cond_ok), message)
+
+
+def real_parameter(value, name: str, family: str) -> np.ndarray | None:
+    """Check that an entropy parameter is real: a Python or NumPy number, or a real (integer
+    or floating) NumPy / JAX array or tracer. Anything else (a string, a complex number, a
+    bool, None, a list) raises a one-line `TypeError` naming the parameter, at construction
+    rather than as a JAX error inside the first solve.
+
+    **Returns:** the values as a float NumPy array when they are known now, else None."""
+    if isinstance(value, (bool, np.bool_)):
+        kind = None
+    elif isinstance(value, (int, float, np.integer, np.floating)):
+        kind = "f"
+    else:
+        dtype = getattr(value, "dtype", None)
+        is_array = isinstance(value, (jax.Array, np.ndarray, jax.core.Tracer))
+        kind = np.dtype(dtype).kind if is_array and dtype is not None else None
+    if kind not in ("f", "i", "u"):
+        dtype = getattr(value, "dtype", None)
+        got = f"an array of dtype {dtype}" if dtype is not None else (
+            f"{type(value).__name__} {reprlib.repr(value)}")
+        raise TypeError(
+            f"{family}'s parameter {name} must be a real number or a real array, got {got}"
+        )
+    if isinstance(value, jax.core.Tracer):
+        return None
+    return np.asarray(value, dtype=float)
 
 
 def check_entropy(entropy) -> None:

@@ -155,3 +155,54 @@ def test_abe_value_reciprocal_symmetry():
 def test_bad_parameters_raise(bad):
     with pytest.raises(ValueError):
         bad()
+
+
+PARAMETRIZED = [(fd.Tsallis, "q", 1.5), (fd.Renyi, "q", 2.0), (fd.Kaniadakis, "kappa", 0.3),
+                (fd.Abe, "q", 1.5), (fd.SharmaMittal, "q", 2.0), (fd.SharmaMittal, "r", 1.5)]
+
+
+@pytest.mark.parametrize("cls, name, good", PARAMETRIZED,
+                         ids=[f"{c.__name__}-{n}" for c, n, _ in PARAMETRIZED])
+def test_parameter_types_checked_at_construction(cls, name, good):
+    """A parameter that is not a real number or a real array (Kaniadakis("0.3") was accepted
+    and failed in the first solve as a JAX TypeError) raises a one-line TypeError naming it;
+    real numbers, NumPy / JAX real arrays and tracers are accepted."""
+    others = {"q": 2.0, "r": 1.5} if cls is fd.SharmaMittal else {}
+
+    def build(value):
+        return cls(**{**others, name: value})
+
+    for bad in (str(good), complex(good, 1.0), True, None, [good], np.array([good], complex),
+                jnp.array(True)):
+        with pytest.raises(TypeError, match=f"{cls.__name__}'s parameter {name} must be a real") as e:
+            build(bad)
+        assert len(str(e.value).splitlines()) == 1
+    for ok in (good, np.float32(good), jnp.asarray(good), np.array([good, good])):
+        assert np.all(np.asarray(getattr(build(ok), name)) == np.asarray(ok))
+    if name != "kappa":  # an integer (no integer kappa is valid)
+        assert getattr(build(3), name) == 3
+    traced = jax.jit(lambda v: getattr(build(v), name) * 1.0)(good)
+    assert float(traced) == pytest.approx(good)
+
+
+def test_array_parameters_are_validated_entrywise():
+    # an array of parameters was not validated at all (only scalars were read)
+    with pytest.raises(ValueError, match="Tsallis needs q > 0 and q != 1"):
+        fd.Tsallis(np.array([1.5, 1.0]))
+    with pytest.raises(ValueError, match="Kaniadakis needs 0 < |kappa| < 1"):
+        fd.Kaniadakis(jnp.array([0.3, 1.2]))
+    assert fd.Abe(np.array([0.5, 2.0])).q.shape == (2,)
+
+
+def test_unknown_entropy_lists_the_documented_names():
+    """The names listed are those the docs and `--help` spell (`sharma_mittal`, not the
+    lookup key `sharmamittal`), and each of them parses."""
+    with pytest.raises(ValueError, match="unknown entropy") as e:
+        fd.parse_entropy("foo")
+    listed = str(e.value).split("choose one of: ")[1].split(", ")
+    assert "sharma_mittal" in listed and "sharmamittal" not in listed
+    assert set(listed) == {"shannon", "tsallis", "entmax", "renyi", "sharma_mittal",
+                           "kaniadakis", "burg", "abe"}
+    for name in listed:
+        fd.parse_entropy(name)
+    assert fd.parse_entropy("sharmamittal:2,1.5") == fd.parse_entropy("sharma_mittal:2,1.5")

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._custom_types import ArrayLike
-from .._misc import concrete_float
+from .._misc import concrete_float, real_parameter
 from ._base import (
     AbstractComponentLaw,
     AbstractSeparableEntropy,
@@ -74,8 +74,8 @@ class Abe(AbstractSeparableEntropy):
         return -q / (q - 1), "-q/(q-1)"
 
     def __check_init__(self):
-        q = concrete_float(self.q)
-        if q is not None and not (q > 0 and np.isfinite(q)):
+        q = real_parameter(self.q, "q", "Abe")
+        if q is not None and not np.all((q > 0) & np.isfinite(q)):
             raise ValueError(f"Abe needs q > 0; got q={q}.")
 
     @property

@@ -3,9 +3,10 @@ from __future__ import annotations
 from typing import ClassVar
 
 import jax.numpy as jnp
+import numpy as np
 
 from .._custom_types import ArrayLike
-from .._misc import concrete_float
+from .._misc import concrete_float, real_parameter
 from ._base import AbstractSeparableEntropy, _safe_log, _sinh_ratio
 
 
@@ -25,8 +26,8 @@ class Kaniadakis(AbstractSeparableEntropy):
         return -1 / abs(float(self.kappa)), "-1/kappa"
 
     def __check_init__(self):
-        k = concrete_float(self.kappa)
-        if k is not None and not (0 < abs(k) < 1):
+        k = real_parameter(self.kappa, "kappa", "Kaniadakis")
+        if k is not None and not np.all((0 < np.abs(k)) & (np.abs(k) < 1)):
             raise ValueError(
                 f"Kaniadakis needs 0 < |kappa| < 1 (kappa = 0 is Shannon); got kappa={k}."
             )

@@ -21,7 +21,9 @@ def parse_entropy(spec: str) -> AbstractEntropy:
     except ValueError as e:
         raise ValueError(f"cannot read the parameters of entropy {spec!r}") from e
     if key not in _REGISTRY:
-        raise ValueError(f"unknown entropy {name!r}; choose one of {sorted(_REGISTRY)}")
+        # the names as the families declare (and the docs spell) them, not the lookup keys
+        names = sorted({n for c in _REGISTRY.values() for n in c.parse_names})
+        raise ValueError(f"unknown entropy {name!r}; choose one of: {', '.join(names)}")
     cls = _REGISTRY[key]
     defaults = tuple(cls.parse_defaults)
     if len(values) > len(defaults):

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._custom_types import ArrayLike
-from .._misc import concrete_float
+from .._misc import real_parameter
 from ._base import AbstractTsallisShapedEntropy, _masked_sum, _safe_log
 
 
@@ -18,8 +18,8 @@ class Renyi(AbstractTsallisShapedEntropy):
     parse_defaults: ClassVar[tuple[float, ...]] = (2.0,)
 
     def __check_init__(self):
-        q = concrete_float(self.q)
-        if q is not None and not (q > 0 and q != 1 and np.isfinite(q)):
+        q = real_parameter(self.q, "q", "Renyi")
+        if q is not None and not np.all((q > 0) & (q != 1) & np.isfinite(q)):
             raise ValueError(f"Renyi needs q > 0 and q != 1 (q = 1 is Shannon); got q={q}.")
 
     def temperature_factor(self, M):

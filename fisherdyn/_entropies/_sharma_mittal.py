@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._custom_types import ArrayLike
-from .._misc import concrete_float
+from .._misc import real_parameter
 from ._base import AbstractTsallisShapedEntropy
 
 
@@ -22,10 +22,11 @@ class SharmaMittal(AbstractTsallisShapedEntropy):
     parse_defaults: ClassVar[tuple[float, ...]] = (2.0, 1.5)
 
     def __check_init__(self):
-        q, r = concrete_float(self.q), concrete_float(self.r)
-        if q is not None and not (q > 0 and q != 1 and np.isfinite(q)):
+        q = real_parameter(self.q, "q", "SharmaMittal")
+        r = real_parameter(self.r, "r", "SharmaMittal")
+        if q is not None and not np.all((q > 0) & (q != 1) & np.isfinite(q)):
             raise ValueError(f"SharmaMittal needs q > 0 and q != 1; got q={q}.")
-        if r is not None and not (r > 0 and r != 1 and np.isfinite(r)):
+        if r is not None and not np.all((r > 0) & (r != 1) & np.isfinite(r)):
             raise ValueError(
                 f"SharmaMittal needs r > 0 and r != 1 (r -> 1 is Renyi: use Renyi(q)); got r={r}."
             )
