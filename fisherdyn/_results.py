@@ -5,13 +5,37 @@ libraries return can be stored in it with `RESULTS.promote`."""
 from __future__ import annotations
 
 import diffrax
+import jax
 import numpy as np
 
 __all__ = ["RESULTS", "result_name", "result_names"]
 
 
-class RESULTS(diffrax.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
-    """Result codes of `simulate` and `relax`: Diffrax's, plus the dynamics' own."""
+class _ReadableEnumeration(type(diffrax.RESULTS)):
+    """Equinox prints an item as `<module>.<class><RESULTS[item]>`, its message, and the
+    successful code has none (it printed as `RESULTS<>`): here an item reads as its name,
+    then its message where it has one; a batch of items as their names."""
+
+    def __getitem__(cls, item) -> str:
+        value = getattr(item, "_value", None)
+        if getattr(item, "_enumeration", None) is not cls or not isinstance(
+            value, (np.ndarray, jax.Array)
+        ) or isinstance(value, jax.core.Tracer):
+            return super().__getitem__(item)  # Equinox's errors, "traced" or "unknown"
+        names = {int(np.asarray(i._value)): n for n, i in cls._name_to_item.items()}
+        values = np.asarray(value)
+        if values.ndim == 0:
+            name, message = names[int(values)], cls._index_to_message[int(values)]
+            return f"{name}: {message}" if message else name
+        # a batch: the names alone, so that it reads as one short array
+        return str(np.vectorize(lambda v: names[int(v)], otypes=[object])(values).astype(str))
+
+
+class RESULTS(diffrax.RESULTS, metaclass=_ReadableEnumeration):  # pyright: ignore[reportGeneralTypeIssues]
+    """Result codes of `simulate` and `relax`: Diffrax's, plus the dynamics' own.
+
+    An item prints as its name and message (`fisherdyn.RESULTS<successful>`, a batch as
+    its names); `RESULTS[item]` gives that text, `fisherdyn.result_name(item)` the name."""
 
     boundary_reached = (
         "A weight reached the boundary of the simplex in finite time (inertial replicator, "
@@ -37,6 +61,10 @@ class RESULTS(diffrax.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
     )
 
 
+# printed as `fisherdyn.RESULTS<...>`, the public name
+RESULTS.__module__ = "fisherdyn"
+
+
 def result_names() -> dict[int, str]:
     """Every result code's integer value and its name."""
     return {int(np.asarray(item._value)): name for name, item in RESULTS._name_to_item.items()}
@@ -45,8 +73,8 @@ def result_names() -> dict[int, str]:
 def result_name(result) -> str | np.ndarray:
     """The name of a result code as a word (`"successful"`, `"boundary_reached"`, ...).
 
-    Equinox prints a code by its message, and the successful code has none; this gives the
-    item's name instead. A batched code gives an array of names of its shape.
+    The item's name alone (its repr adds the message); a batched code gives an array of
+    names of its shape.
 
     **Arguments:**
     - `result`: an item of `fisherdyn.RESULTS` (or of Diffrax / optimistix `RESULTS`).

@@ -95,3 +95,11 @@ def test_results_print_as_words():
     assert list(sol.result_name) == ["successful", "successful"]
     short = fd.relax(fd.Shannon(), Z, 1.0, mass=1.0, damping=1.0, t1=0.1, throw=False)
     assert short.result_name == "steady_state_not_reached"
+    # their repr too (the successful code printed as `fisherdyn._results.RESULTS<>`): the
+    # name, then the message where there is one; a batch as its names
+    assert repr(tr.result) == str(tr.result) == "fisherdyn.RESULTS<successful>"
+    message = fd.RESULTS._index_to_message[int(np.asarray(hit.result._value))]
+    assert repr(hit.result) == f"fisherdyn.RESULTS<boundary_reached: {message}>"
+    assert message.startswith("A weight reached the boundary")
+    assert repr(sol.result) == "fisherdyn.RESULTS<['successful' 'successful']>"
+    assert fd.RESULTS[short.result].startswith("steady_state_not_reached: No steady state")
