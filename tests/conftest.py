@@ -1,9 +1,20 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 # the CLI commands tests call in-process would otherwise write compiled programs into the
 # user cache directory
 os.environ.setdefault("FISHERDYN_NO_COMPILATION_CACHE", "1")
+# Models the tests and the studies they run train (and any program a test caches) go to a
+# directory of this run, removed at its end, never the user's cache, unless the caller names
+# one (FISHERDYN_CACHE=DIR make test keeps them). Set before pytest-xdist starts its
+# workers and the tests their subprocesses, which inherit it.
+if not os.environ.get("FISHERDYN_CACHE"):
+    _cache = tempfile.mkdtemp(prefix="fisherdyn-test-cache-")
+    os.environ["FISHERDYN_CACHE"] = _cache
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 # The suite is mostly compilation of small programs, each run a few times: XLA's CPU fusion
 # emitters cost more compile time than they save (about 30 % of the suite's time). A
 # caller's XLA_FLAGS naming the option wins (`--xla_cpu_use_fusion_emitters=true`: XLA's

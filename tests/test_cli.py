@@ -59,6 +59,17 @@ def fisherdyn_inprocess(capsys, *args):
     return Result(code, out.out, out.err)
 
 
+def fisherdyn_inprocess_plain(*args):
+    """`--help` text of a command, in-process, without pytest's capture fixtures."""
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer), pytest.raises(SystemExit):
+        console_script()([str(a) for a in args])
+    return buffer.getvalue()
+
+
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -169,15 +180,31 @@ def test_simulate_json_and_figure(tmp_path, capsys):
 
 def test_run_one_family(tmp_path):
     """`fisherdyn run` on one family: every regime's fixed point matches, and the figures go
-    to `run/` under the working directory (ignored by git), which the command names."""
-    out = fisherdyn("run", "--no-operator-table", "--family", "shannon", cwd=tmp_path)
+    to `run/` under the working directory (ignored by git), which the command names. The
+    operator table holds that family's row alone, in the order `--help` states (after the
+    relaxed families, before the relaxation table), and the verdict precedes the figures."""
+    out = fisherdyn("run", "--family", "shannon", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert "relaxation of 1 family in 4 regimes" in lines[0], lines[0]
     assert "under-damped" in out.stdout and "overdamped flow" in out.stdout
-    assert "fixed points match" in out.stdout
+    relaxed = lines.index("  relaxed Shannon")
+    table = next(i for i, line in enumerate(lines) if line.startswith("family ") and
+                 "realization" in line)
+    dynamics = next(i for i, line in enumerate(lines) if line.startswith("family ") and
+                    "regime" in line)
+    assert relaxed < table < dynamics
+    operator_rows = [line for line in lines[table + 2:dynamics] if line.strip()
+                     and not line.startswith("Damped")]
+    assert len(operator_rows) == 1 and operator_rows[0].startswith("Shannon"), operator_rows
+    run_help = " ".join(fisherdyn_inprocess_plain("run", "--help").split())
+    assert "printed first" not in run_help and "after the relaxed families" in run_help
+    verdict = next(i for i, line in enumerate(lines) if "fixed points match" in line)
     for name in ("relaxation_paths.png", "energy.png"):
-        assert f"wrote {Path('run') / name}" in out.stdout
+        assert lines.index(f"wrote {Path('run') / name}") > verdict
         assert (tmp_path / "run" / name).read_bytes()[:8] == PNG
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert "tests/" not in out.stdout  # the closing note cites what a wheel's user has
 
 
 @pytest.mark.slow
@@ -259,22 +286,90 @@ def test_bad_scores_file_is_one_line(tmp_path, capsys, content, message):
     assert len(lines) == 1 and "--scores-file" in lines[0] and message in lines[0], out.stderr
 
 
-def test_solver_failure_and_boundary_are_reported_as_words(capsys):
-    """A run out of steps is one line and exit 1 (no traceback); a run that stops at the
-    simplex boundary is a result, printed by its name."""
+def test_early_stops_share_one_exit_status(capsys):
+    """The rule `simulate --help` states: 0 when the run reached --t1, 1 when it stopped
+    before for any reason (out of steps, or at the simplex boundary), with the summary of
+    the part computed on stdout and one line naming the reason and what to do on stderr."""
+    assert "1: stopped before --t1, for any reason" in " ".join(
+        fisherdyn_inprocess_plain("simulate", "--help").split())
     out = fisherdyn_inprocess(capsys, "simulate", "--max-steps", "3", "--t1", "50")
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "max_steps_reached" in lines[0], out.stderr
-    assert "Traceback" not in out.stderr and out.stdout == ""
+    assert "Traceback" not in out.stderr
+    assert out.stdout.splitlines()[0].endswith(": max_steps_reached"), out.stdout
+    # Tsallis(2) from uniform weights: a weight reaches 0 in finite time, where the simplex
+    # chart stops (the sphere chart integrates through)
     out = fisherdyn_inprocess(
         capsys, "simulate", "--entropy", "tsallis:2", "--coords", "simplex", "--t1", "50"
     )
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr
     assert out.stdout.splitlines()[0].endswith(": boundary_reached"), out.stdout
+    (line,) = out.stderr.strip().splitlines()
+    assert "stopped early" in line and "boundary_reached" in line and "--coords sphere" in line
+    t_stop = float(line.split("at t = ")[1].split()[0])
+    assert 0 < t_stop < 50
     out = fisherdyn_inprocess(capsys, "simulate", "--t1", "1")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0].endswith(": successful"), out.stdout
+    assert out.stderr == ""
+
+
+@pytest.mark.parametrize(
+    "args,scale",
+    [
+        # Shannon at T = 1e10: omega^2 = 1e10, the fastest mode oscillates at 1e5 radians
+        # per unit time; with scores and T divided by 1e8, at 10
+        (["--T", "1e10", "--scores", "1,0.5"], "1e8"),
+        # a score gap of 1e8 at T = 1: omega^2 = 5e7 at the fixed point
+        (["--scores", "1e8,0"], "1e6"),
+    ],
+)
+def test_max_steps_advice_matches_the_cause(capsys, args, scale):
+    """Out of steps because the problem's own time scale is far below t1: the advice says
+    so and names the rescaling that helps, not `--max-steps`/`--t1`. Reference: the advice
+    followed (scores and T divided by the factor named) reaches t1 and the softmax of
+    scores/T (Shannon's closed form), which the rescaling leaves unchanged."""
+    out = fisherdyn_inprocess(capsys, "simulate", *args, "--max-steps", "2000")
+    assert out.returncode == 1
+    (line,) = out.stderr.strip().splitlines()
+    assert "max_steps_reached" in line and "oscillates" in line, line
+    assert f"divide --scores and --T by about {scale}" in line, line
+    assert "raise --max-steps" not in line and "shorten --t1" not in line, line
+    c = float(scale)
+    T = float(args[args.index("--T") + 1]) if "--T" in args else 1.0
+    z = np.array([float(v) for v in args[args.index("--scores") + 1].split(",")])
+    out = fisherdyn_inprocess(capsys, "simulate", "--T", repr(T / c), "--scores",
+                              ",".join(repr(float(v)) for v in z / c), "--max-steps", "2000", "--json")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["result"] == "successful"
+    # settled well below 1e-9 by t1 = 50 (slowest rate 0.5, so e^-25 of the start)
+    np.testing.assert_allclose(summary["rho_final"], scipy.special.softmax(z / T), atol=1e-9)
+
+
+def test_max_steps_advice_for_a_stiff_flow_and_a_short_budget(capsys):
+    """The overdamped flow at T = 1e10 decays at 1e10 per unit time: stiff, so the advice
+    names the implicit solver (which then finishes); a budget of 3 steps on an ordinary
+    problem is what --max-steps is for."""
+    out = fisherdyn_inprocess(capsys, "simulate", "--T", "1e10", "--scores", "1,0.5",
+                              "--mass", "0", "--max-steps", "2000")
+    (line,) = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and "decays at" in line and "--solver kvaerno5" in line, line
+    out = fisherdyn_inprocess(capsys, "simulate", "--T", "1e10", "--scores", "1,0.5",
+                              "--mass", "0", "--max-steps", "2000", "--solver", "kvaerno5")
+    assert out.returncode == 0, out.stderr
+    out = fisherdyn_inprocess(capsys, "simulate", "--max-steps", "3")
+    (line,) = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and "raise --max-steps" in line, line
+
+
+def test_usage_error_punctuation(capsys):
+    """A message that ends in a sentence's period reads `...=1.5 (see --help)`."""
+    out = fisherdyn_inprocess(capsys, "simulate", "--entropy", "kaniadakis:1.5")
+    (line,) = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and "1.5" in line and line.endswith(" (see --help)"), line
+    assert ". (see --help)" not in line and ".." not in line, line
 
 
 def test_version():
@@ -341,3 +436,189 @@ def test_lazy_exports_match_the_static_imports():
     assert static == {name: module for module, names in fisherdyn._EXPORTS.items()
                       for name in names}
     assert sorted(static) == sorted(fisherdyn.__all__)
+
+
+# --------------------------------------------------------------------------- output paths
+
+SWEEP_SPEC = """\
+families = ["shannon"]
+T = [1.0]
+mass = [1.0]
+damping = [0.5]
+n_keys = [4]
+scores = "gaussian"
+seeds = 2
+n_save = 16
+"""
+
+
+def _output_cases(root):
+    (root / "f.txt").write_text("a file")
+    (root / "d.png").mkdir()
+    (root / "good.toml").write_text(SWEEP_SPEC)
+    cases = [
+        (["simulate", "--scores", "1,2", "--out", root / "f.txt" / "x.png"], "--out"),
+        (["simulate", "--out", root / "d.png"], "--out"),
+        (["run", "--family", "shannon", "--figures-dir", root / "f.txt"], "--figures-dir"),
+        (["sweep", root / "good.toml", "--out", root / "f.txt" / "s.zarr"], "--out"),
+    ]
+    if Path("/proc/self").is_dir():  # a directory where nothing can be created
+        cases.append((["sweep", root / "good.toml", "--out", "/proc/s.zarr"], "--out"))
+    return cases
+
+
+def test_output_paths_are_checked_before_computing(tmp_path, capsys, monkeypatch):
+    """A path that cannot be written is a usage error (exit 2, one line naming the option)
+    before the command computes anything: the commands are replaced by a sentinel that
+    fails the test if reached. Valid paths, in directories still to be created, reach it."""
+    from fisherdyn._cli import _run, _simulate, _sweep
+
+    reached = []
+    for module, name in ((_simulate, "simulate_command"), (_run, "run_command"),
+                         (_sweep, "sweep_command")):
+        monkeypatch.setattr(module, name, lambda args, name=name: reached.append(name) or 0)
+    for args, option in _output_cases(tmp_path):
+        out = fisherdyn_inprocess(capsys, *args)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1, (args, out.stderr)
+        assert f"argument {option}:" in lines[0], lines[0]
+        assert reached == [], args
+    new = tmp_path / "new" / "deeper"
+    for args in (["simulate", "--out", new / "x.png"], ["run", "--figures-dir", new],
+                 ["sweep", tmp_path / "good.toml", "--out", new / "s.zarr"]):
+        assert fisherdyn_inprocess(capsys, *args).returncode == 0
+    assert reached == ["simulate_command", "run_command", "sweep_command"]
+    assert not (tmp_path / "new").exists()  # checked, not created, before the run
+
+
+def test_simulate_prints_the_summary_before_the_figure(tmp_path, capsys, monkeypatch):
+    """The text is out before the figure is written: a figure that fails (here, a disk
+    that fills) still leaves the summary on stdout."""
+    from fisherdyn._cli import _plots
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_plots, "simulate_figure", full_disk)
+    with pytest.raises(OSError):
+        console_script()(["simulate", "--t1", "1", "--out", str(tmp_path / "x.png")])
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith(": successful"), out
+    assert "wrote" not in out
+
+
+# --------------------------------------------------------------------------- pipes and Ctrl-C
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def test_closed_pipe_is_quiet():
+    """`fisherdyn simulate --json | head -0`: the reader has gone before the summary is
+    written; the command exits 141 (as a process ended by SIGPIPE) with nothing on stderr,
+    where Python would print a BrokenPipeError traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "fisherdyn", "simulate", "--t1", "1",
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=_env())
+    proc.stdout.close()  # no reader from the start: the first write fails
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141, err
+    assert err == "", err
+
+
+def _children(pid):
+    """The process ids of `pid`'s children (Linux: /proc/PID/task/TID/children)."""
+    out = set()
+    for path in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            out |= {int(v) for v in path.read_text().split()}
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return out
+
+
+def _alive(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has ended, waiting only to be reaped
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
+def test_ctrl_c_in_run_is_quiet_and_ends_the_workers(tmp_path):
+    """Ctrl-C in a terminal sends SIGINT to every process of the group: `fisherdyn run`,
+    interrupted once its worker processes run, exits 130 with one line on stderr, and none
+    of its child processes survives it."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "fisherdyn", "run", "--family", "shannon",
+                             "--no-figures"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=tmp_path, env=_env(), start_new_session=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("fisherdyn run:"), first + proc.stderr.read()
+        deadline = time.monotonic() + 120
+        while not _children(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        children = _children(proc.pid)
+        assert children, "no worker process started"
+        time.sleep(1.0)  # every worker started (they start together), none finished
+        children |= _children(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == ["fisherdyn run: interrupted"], err
+    deadline = time.monotonic() + 10  # the resource tracker leaves when it sees EOF
+    while any(_alive(c) for c in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [c for c in children if _alive(c)]
+
+
+# --------------------------------------------------------------------------- figures, suite
+
+
+def test_energy_figure_legend_per_panel():
+    """Every panel of energy.png carries the legend of its own curves: the dampings differ
+    between families (each is set from that family's spectrum)."""
+    from fisherdyn._cli._plots import _energy_plot
+    from fisherdyn._cli._verify import REGIMES, FamilyCheck
+
+    ts = np.linspace(0.0, 10.0, 50)
+    checks = []
+    for k, label in enumerate(["A", "B", "C"]):
+        gammas = [0.1 * (k + 1), 1.0 * (k + 1), 3.0 * (k + 1), 2.0 * (k + 1)]
+        rows = [dict(regime=r, gamma=g) for r, g in zip(REGIMES, gammas)]
+        paths = [dict(ts=ts, energy=1.0 + np.exp(-ts)) for _ in REGIMES]
+        checks.append(FamilyCheck(label, rows, paths, np.ones(2) / 2, 1.0))
+    fig = _energy_plot(checks)
+    try:
+        for ax, check in zip(fig.axes, checks):
+            legend = ax.get_legend()
+            assert legend is not None, check.label
+            texts = [t.get_text() for t in legend.get_texts()]
+            assert texts == [f"{r['regime']} (γ={r['gamma']:.2g})" for r in check.rows]
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
+def test_suite_keeps_the_user_cache_clean():
+    """tests/conftest.py points FISHERDYN_CACHE (the weight cache of `train_looped`, which
+    the studies the suite runs use, and the CLI's compiled programs) at a directory of the
+    run, so the suite leaves nothing in the user cache directory."""
+    import platformdirs
+
+    import fisherdyn as fd
+
+    cache = Path(os.environ["FISHERDYN_CACHE"]).resolve()
+    assert fd.default_cache_dir().resolve() == cache
+    assert not cache.is_relative_to(Path(platformdirs.user_cache_dir("fisherdyn")).resolve())

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 
 from . import _options, _stationary_cmd
 
@@ -51,6 +53,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with errors as one line: `fisherdyn simulate: error: argument --T: ...`."""
 
     def error(self, message):
+        message = message.rstrip().rstrip(".")  # a message may end in a sentence's period
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
@@ -117,8 +120,74 @@ def _glue_negative_vectors(argv):
 
 
 def main(argv=None) -> int:
-    """Parse `argv` (default `sys.argv[1:]`), run the subcommand, return its exit status."""
+    """Parse `argv` (default `sys.argv[1:]`), run the subcommand, return its exit status:
+    that of the subcommand; 2 for a usage error; 130 after Ctrl-C; 141 when the reader of
+    the output has gone (`fisherdyn simulate --json | head`), as for a process ended by
+    SIGPIPE."""
+    program = argv is None  # the `fisherdyn` command itself, not a caller in Python
     argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    resume = " (the committed chunks are kept: the same command resumes)"
+    interrupted = (f"fisherdyn{' ' + command if command in _COMMANDS else ''}: interrupted"
+                   f"{resume if command == 'sweep' else ''}")
+    if program and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, lambda signum, frame: _exit_interrupted(interrupted))
+    try:
+        code = _dispatch(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
+    except KeyboardInterrupt:  # a caller's main([...]) keeps Python's Ctrl-C
+        print(interrupted, file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        # the Python docs' recipe: nothing more can reach the reader, and the interpreter's
+        # own flush at exit must not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _exit_interrupted(message: str):
+    """Ctrl-C in the command: end the worker processes, say so, exit 130 at once. A
+    KeyboardInterrupt would not do: raised inside a garbage-collector callback it is
+    ignored, and JAX's threads can crash the interpreter's teardown after it. Nothing is
+    lost: a sweep's chunks are committed atomically and resume."""
+    if "multiprocessing" in sys.modules:
+        import multiprocessing
+        import multiprocessing.util
+
+        children = multiprocessing.active_children()
+        for child in children:
+            child.terminate()
+        for child in children:
+            child.join(timeout=5)
+        # what multiprocessing runs at a normal exit: its finalizers release the pool's
+        # semaphores, which the resource tracker would otherwise report as leaked
+        getattr(multiprocessing.util, "_exit_function", lambda: None)()
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):  # a closed pipe: nothing more to say there
+        pass
+    print(message, file=sys.stderr, flush=True)
+    os._exit(130)
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone (another broken pipe, such
+    as one to a worker process, is a failure to report)."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return any(event & select.POLLERR for _, event in poll.poll(0))
+
+
+def _dispatch(argv) -> int:
     if next((a for a in argv if not a.startswith("-")), None) in ("simulate", "stationary"):
         # as for `sweep` below: the input is checked by the parser, simulate's solver
         # failures come back as result codes and stationary refuses non-finite weights, so
@@ -146,6 +215,8 @@ def main(argv=None) -> int:
         _stationary_cmd.check_stationary(args, args._parser)
     if args.command == "sweep":
         _options.check_sweep(args, args._parser)
+    _options.check_outputs(args, args._parser)
+    if args.command == "sweep":
         # Equinox's runtime checks as NaN instead of a host callback, which JAX never
         # writes to the persistent cache; a sweep records failures by result code anyway.
         # Read when equinox is first imported, which parsing `sweep` has not done.

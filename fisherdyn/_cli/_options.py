@@ -17,6 +17,8 @@ __all__ = [
     "configure_sweep",
     "check_simulate",
     "check_sweep",
+    "check_outputs",
+    "output_path_error",
     "enable_x64",
 ]
 
@@ -143,7 +145,17 @@ def figure_arg(text):
 # --------------------------------------------------------------------------- fisherdyn run
 
 
+_EXIT_COMMON = (
+    "2: a bad argument or an output path that cannot be written (checked before computing); "
+    "130: interrupted (Ctrl-C); 141: the reader of the output went away (as in `| head`)."
+)
+
+
 def configure_run(p: argparse.ArgumentParser):
+    p.epilog = (
+        "Exit status: 0: every fixed point matches stationary and solve_stationary; 1: some "
+        "do not (the FAILED line counts them); " + _EXIT_COMMON
+    )
     p.add_argument(
         "--family",
         action="append",
@@ -180,7 +192,11 @@ def configure_run(p: argparse.ArgumentParser):
     )
     p.add_argument("--no-figures", action="store_true", help="skip the figures")
     p.add_argument(
-        "--no-operator-table", action="store_true", help="skip the operator table printed first"
+        "--no-operator-table",
+        action="store_true",
+        help="skip the operator table (support, tail and agreement of each family's "
+        "stationary operator), printed after the relaxed families and before the relaxation "
+        "table",
     )
 
 
@@ -188,6 +204,11 @@ def configure_run(p: argparse.ArgumentParser):
 
 
 def configure_simulate(p: argparse.ArgumentParser):
+    p.epilog = (
+        "Exit status: 0: integrated to --t1; 1: stopped before --t1, for any reason "
+        "(max_steps_reached, boundary_reached, ...): the summary of the part computed is "
+        "printed, and one line on stderr names the reason and what to do; " + _EXIT_COMMON
+    )
     from ._save import add_save_option
 
     _problem_options(p)
@@ -306,6 +327,58 @@ def check_simulate(args: argparse.Namespace, parser: argparse.ArgumentParser):
             parser.error("argument --rho0: must lie on the simplex (>= 0, summing to 1)")
 
 
+# --------------------------------------------------------------------------- output paths
+
+
+def output_path_error(path, *, directory: bool = False) -> str | None:
+    """Why `path` cannot be written (a file, or with `directory` a directory to create or
+    fill), or None: its nearest existing ancestor must be a directory in which a file can be
+    created (tried, since permission bits do not bind root and /proc refuses anyway)."""
+    import os
+    import tempfile
+
+    path = Path(path)
+    if path.exists():
+        if directory and not path.is_dir():
+            return f"{path} exists and is not a directory"
+        if not directory and path.is_dir():
+            return f"{path} is a directory: name a file"
+        if not directory and not os.access(path, os.W_OK):
+            return f"{path} exists and is not writable"
+    where = path if directory and path.is_dir() else path.parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        return f"{where} is not a directory, so {path} cannot be created"
+    try:
+        fd, probe = tempfile.mkstemp(dir=where, prefix=".fisherdyn-write-test-")
+    except OSError as e:
+        return f"cannot create files in {where} ({e.strerror or e})"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def check_outputs(args: argparse.Namespace, parser: argparse.ArgumentParser):
+    """Every path a command will write can be written (`parser.error`, exit 2, otherwise):
+    checked before any computation, so that a bad path costs nothing."""
+    outputs = []  # (option, path, is a directory)
+    if args.command == "simulate" and args.out is not None:
+        outputs.append(("--out", args.out, False))
+    if args.command == "run" and not args.no_figures:
+        outputs.append(("--figures-dir", args.figures_dir, True))
+    if args.command == "sweep" and not args.dry_run:
+        outputs.append(("--out", args.out, True))
+        if not args.no_figure:
+            from .._sweep._driver import summary_figure_path
+
+            outputs.append(("--out", summary_figure_path(args.out), False))
+    for option, path, directory in outputs:
+        error = output_path_error(path, directory=directory)
+        if error is not None:
+            parser.error(f"argument {option}: {error}")
+
+
 # --------------------------------------------------------------------------- fisherdyn sweep
 
 
@@ -324,6 +397,12 @@ def _spec_file(text):
 
 
 def configure_sweep(p: argparse.ArgumentParser):
+    p.epilog = (
+        "Exit status: 0: every chunk computed (problems that failed are recorded in the store "
+        "by result code and counted in the summary); 2: a bad argument, spec or output path, or "
+        "a store made for another spec (checked before computing); 130: interrupted, the chunks committed so far kept (the same command "
+        "resumes); 141: the reader of the output went away."
+    )
     p.add_argument("spec", type=_spec_file, metavar="SPEC.toml", help="the grid to sweep")
     p.add_argument(
         "--out", type=Path, required=True, metavar="STORE.zarr", help="the Zarr store to fill"

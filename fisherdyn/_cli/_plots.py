@@ -69,6 +69,14 @@ def _paths_figure(checks, z, T, out: Path):
 
 def _energy_figure(checks, out: Path):
     """The energy gap $H(t) - H^*$ of every regime, per family."""
+    fig = _energy_plot(checks)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def _energy_plot(checks):
+    """The figure of `_energy_figure`; each panel's legend names its own dampings, which
+    differ between families."""
     n = len(checks)
     cols, rows = _grid(n)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
@@ -94,9 +102,9 @@ def _energy_figure(checks, out: Path):
         ax.set_ylim(1e-16, None)
         ax.set_xscale("symlog", linthresh=1.0)
         ax.set_xlim(0, None)
+        ax.legend(fontsize=6.5, loc="lower left")
     for ax in axes.flat[n:]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7, loc="lower left")
     fig.suptitle(
         r"The energy $H = \frac{m}{2}\sum\dot\rho^2/\rho + F$ falls monotonically to the "
         r"stationary free energy ($dH/dt = -\gamma\sum\dot\rho^2/\rho$), fastest near "
@@ -104,8 +112,7 @@ def _energy_figure(checks, out: Path):
         fontsize=11,
     )
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    return fig
 
 
 def run_figures(checks, z, T, outdir: Path) -> list[Path]:

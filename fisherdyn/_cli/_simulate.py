@@ -18,15 +18,61 @@ from ._verify import entropy_label
 
 __all__ = ["simulate_command"]
 
-# a run that stops at the simplex boundary has a result to report, not a failure
-_REPORTED = ("successful", "boundary_reached")
 _HINTS = {
-    "max_steps_reached": " (raise --max-steps, or shorten --t1)",
+    "boundary_reached": (
+        "a weight reached 0, where the simplex chart cannot continue: use --coords sphere "
+        "(the default) to integrate through it"
+    ),
     "boundary_singular": (
-        " (a weight reached 0 where the force diverges: raise --damping, use --mass 0, or"
-        " --coords simplex)"
+        "a weight reached 0 where the force diverges: raise --damping, use --mass 0, or "
+        "--coords simplex"
     ),
 }
+# a linear mode faster than this over t1: its time scale, not the path, sets the steps
+_FAR_SCALE = 1e4
+
+
+def _mode_rates(omega2, mass, damping, scale=1.0):
+    """The linear modes' rates $s$, roots of $m s^2 + \\gamma s + \\omega^2/c = 0$ (at
+    $m = 0$, $s = -\\omega^2/(c\\gamma)$), with the scores and T divided by $c$ = `scale`."""
+    w2 = np.asarray(omega2, float).ravel() / scale
+    if mass == 0:
+        return (-w2 / damping).astype(complex)
+    root = np.sqrt((damping**2 - 4 * mass * w2).astype(complex))
+    return np.concatenate([(-damping + root) / (2 * mass), (-damping - root) / (2 * mass)])
+
+
+def _max_steps_hint(args, report) -> str:
+    """What to do after `max_steps_reached`, from its cause: the linear modes at the fixed
+    point (`relaxation_spectrum`'s omega^2) against the integration window t1."""
+    t_final, steps = float(report["t_final"]), int(report["num_steps"])
+    pace = (f"t1 = {args.t1:g} needs about {steps * args.t1 / t_final:.0e} steps at this pace"
+            if t_final > 0 else "not one step succeeded")
+    omega2 = np.asarray(report["omega2"], float)
+    if not np.all(np.isfinite(omega2)):
+        return ("the forces overflow: the scores and T are out of floating-point range; "
+                "divide --scores and --T by a common factor (the fixed point depends on "
+                "scores/T only)")
+    s = _mode_rates(omega2, args.mass, args.damping)
+    fast = s[np.argmax(np.abs(s))]
+    if abs(fast) * args.t1 <= _FAR_SCALE:
+        return f"{pace}: raise --max-steps, or shorten --t1"
+    what = (f"the fastest linear mode oscillates at {abs(fast.imag):.1e} radians"
+            if abs(fast.imag) > abs(fast.real) else
+            f"the fastest linear mode decays at {abs(fast.real):.1e}")
+    what += f" per unit time ({pace})"
+    stiff = ("" if args.solver == "kvaerno5" or abs(fast.imag) > abs(fast.real) else
+             ", or try --solver kvaerno5 (for stiff problems)")
+    # (z, T, m, gamma) and (z/c, T/c, m/c, gamma/c) give the same path: the size of the
+    # scores and T against the mass and damping sets the speed of the modes
+    for exponent in range(1, 309):
+        rates = _mode_rates(omega2, args.mass, args.damping, 10.0**exponent)
+        if np.max(np.abs(rates)) * args.t1 <= _FAR_SCALE / 10:
+            return (f"{what}: divide --scores and --T by about 1e{exponent} to slow it (the "
+                    f"fixed point depends on scores/T only){stiff}")
+    # no rescaling slows a mode set by the damping alone (rate gamma/m)
+    return (f"{what}, set by the damping over the mass: use --mass 0 for the overdamped flow "
+            f"that a damping this large approaches{stiff}")
 
 
 def _jsonable(x):
@@ -57,8 +103,9 @@ def _summary(args, z, tr, result, st, sp) -> dict:
         rho_final=_jsonable(tr.rho_final),
         rho_stationary=_jsonable(st),
         max_abs_final_minus_stationary=float(np.max(np.abs(np.asarray(tr.rho_final) - st))),
-        energy_initial=float(H[0]),
-        energy_final=float(H[-1]),
+        # a run stopped before its first saved time has none
+        energy_initial=_jsonable(H[0]) if H.size else None,
+        energy_final=_jsonable(H[-1]) if H.size else None,
         max_energy_increase=float(np.max(np.diff(H), initial=0.0)),
         constraint_drift=float(tr.constraint_drift),
         num_steps=int(tr.stats["num_steps"]),
@@ -82,12 +129,9 @@ def _print_text(args, summary, tr, st):
         f"  stationary   = {np.array2string(st, precision=6)}  "
         f"(max diff {summary['max_abs_final_minus_stationary']:.2e})"
     )
-    print(
-        f"  H: {summary['energy_initial']:.6g} -> {summary['energy_final']:.6g}; "
-        f"slowest linear rate {summary['spectrum']['slowest_rate']:.4g}"
-    )
-    if args.out is not None:
-        print(f"  wrote {args.out}")
+    H0, H1 = (f"{h:.6g}" if h is not None else "n/a"
+              for h in (summary["energy_initial"], summary["energy_final"]))
+    print(f"  H: {H0} -> {H1}; slowest linear rate {summary['spectrum']['slowest_rate']:.4g}")
     if args.save is not None:
         print(f"  wrote {args.save}")
 
@@ -178,26 +222,35 @@ def simulate_command(args: argparse.Namespace) -> int:
         from ._save import save_trajectory
 
         save_trajectory(args.save, report, names, args, z)
-    if result not in _REPORTED:
-        hint = _HINTS.get(result, "")
-        print(f"fisherdyn simulate: error: the solver stopped: {result}{hint}", file=sys.stderr)
-        return 1
     st = report["stationary"]
     if not (np.all(np.isfinite(tr.rho_final)) and np.all(np.isfinite(st))):
         # a runtime check that fired as NaN (EQX_ON_ERROR=nan), never printed as a result
-        print("fisherdyn simulate: error: the computation returned non-finite weights",
-              file=sys.stderr)
+        print(f"fisherdyn simulate: error: the computation returned non-finite weights "
+              f"({result}); the scores or T may be out of range: divide --scores and --T by "
+              "a common factor", file=sys.stderr)
         return 1
     summary = _summary(args, z, tr, result, st, sp)
     if args.save is not None:
         summary["trajectory"] = str(args.save)
     if args.out is not None:
-        from ._plots import simulate_figure
-
-        simulate_figure(tr, st, summary, args.out)
         summary["figure"] = str(args.out)
+    # the text first: it is out even if the figure then fails
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         _print_text(args, summary, tr, st)
-    return 0
+    sys.stdout.flush()
+    if args.out is not None:
+        from ._plots import simulate_figure
+
+        simulate_figure(tr, st, summary, args.out)
+        if not args.json:
+            print(f"  wrote {args.out}")
+    if result == "successful":
+        return 0
+    # every other result stopped before t1: the summary above is of the part computed
+    hint = (_max_steps_hint(args, report) if result == "max_steps_reached"
+            else _HINTS.get(result, "see the result's name"))
+    print(f"fisherdyn simulate: stopped early at t = {float(tr.t_final):.4g} of "
+          f"{args.t1:g}: {result}; {hint}", file=sys.stderr)
+    return 1
