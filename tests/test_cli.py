@@ -339,8 +339,9 @@ def test_max_steps_advice_matches_the_cause(capsys, args, scale):
     c = float(scale)
     T = float(args[args.index("--T") + 1]) if "--T" in args else 1.0
     z = np.array([float(v) for v in args[args.index("--scores") + 1].split(",")])
-    out = fisherdyn_inprocess(capsys, "simulate", "--T", repr(T / c), "--scores",
-                              ",".join(repr(float(v)) for v in z / c), "--max-steps", "2000", "--json")
+    scaled = ",".join(repr(float(v)) for v in z / c)
+    out = fisherdyn_inprocess(capsys, "simulate", "--T", repr(T / c), "--scores", scaled,
+                              "--max-steps", "2000", "--json")
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["result"] == "successful"

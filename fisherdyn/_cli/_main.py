@@ -182,6 +182,8 @@ def _stdout_closed() -> bool:
         fd = sys.stdout.fileno()
     except (AttributeError, OSError, ValueError):
         return False
+    if not hasattr(select, "poll"):  # Windows: no way to ask; standard output is likeliest
+        return True
     poll = select.poll()
     poll.register(fd, select.POLLOUT)
     return any(event & select.POLLERR for _, event in poll.poll(0))

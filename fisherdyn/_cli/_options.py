@@ -399,9 +399,10 @@ def _spec_file(text):
 def configure_sweep(p: argparse.ArgumentParser):
     p.epilog = (
         "Exit status: 0: every chunk computed (problems that failed are recorded in the store "
-        "by result code and counted in the summary); 2: a bad argument, spec or output path, or "
-        "a store made for another spec (checked before computing); 130: interrupted, the chunks committed so far kept (the same command "
-        "resumes); 141: the reader of the output went away."
+        "by result code and counted in the summary); 2: a bad argument, spec or output "
+        "path, or a store made for another spec (checked before computing); 130: "
+        "interrupted, the chunks committed so far kept (the same command resumes); 141: the "
+        "reader of the output went away."
     )
     p.add_argument("spec", type=_spec_file, metavar="SPEC.toml", help="the grid to sweep")
     p.add_argument(
