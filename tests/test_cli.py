@@ -623,3 +623,30 @@ def test_suite_keeps_the_user_cache_clean():
     cache = Path(os.environ["FISHERDYN_CACHE"]).resolve()
     assert fd.default_cache_dir().resolve() == cache
     assert not cache.is_relative_to(Path(platformdirs.user_cache_dir("fisherdyn")).resolve())
+
+
+def test_simulate_figure_labels_stay_short(tmp_path):
+    """Scores far from 1 label their curves in a few characters (with two decimals, 1e200
+    was a 200-digit label that no layout can fit)."""
+    import warnings
+    from types import SimpleNamespace
+    from unittest import mock
+
+    import matplotlib.pyplot as plt
+
+    from fisherdyn._cli import _plots
+
+    ts = np.linspace(0.0, 1.0, 5)
+    tr = SimpleNamespace(ts=ts, rho=np.full((5, 2), 0.5), energy=np.zeros(5))
+    summary = dict(scores=[1e200, -1e200], entropy="Shannon", T=1.0, mass=1.0, damping=1.0,
+                   result="successful")
+    figures = []
+    close = plt.close
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warns when the layout cannot fit
+        with mock.patch.object(plt, "close", lambda fig: figures.append(fig)):
+            _plots.simulate_figure(tr, np.array([1.0, 0.0]), summary, tmp_path / "x.png")
+    (fig,) = figures
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    close(fig)
+    assert labels == ["z=+1e+200", "z=-1e+200"]

@@ -133,7 +133,7 @@ def simulate_figure(tr, st, summary, out: Path):
     H = np.asarray(tr.energy)[ok]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     for i in range(rho.shape[1]):
-        (line,) = a.plot(ts[ok], rho[:, i], lw=1.3, label=f"z={summary['scores'][i]:+.2f}")
+        (line,) = a.plot(ts[ok], rho[:, i], lw=1.3, label=f"z={summary['scores'][i]:+.3g}")
         a.axhline(st[i], color=line.get_color(), ls=":", lw=0.8)
     a.set_xlabel("t")
     a.set_ylabel(r"$\rho_i(t)$")
