@@ -144,7 +144,7 @@ def test_stationary_never_writes_weights_that_do_not_sum_to_one(monkeypatch, tmp
         ("1,2,3\n", ["--format", "npy"], "npy is binary"),
         ("1,2,3\n", ["--out", "w.dat"], "cannot tell the format"),
         ("1,2,3\n", ["--out", "w.csv", "--format", "json"], "does not match"),
-        ("1,2,3\n", ["--out", "missing/w.csv"], "no directory"),
+        ("1,2,3\n", ["--out", "z.csv/w.csv"], "is not a directory"),
         ("1,2,3\n", ["--out", "."], "is a directory"),
         ("1,2,3\n", ["--mask", "1,0"], "fits neither"),
         ("1,2,3\n", ["--mask", "1,2,0"], "1 (keep) and 0 (drop)"),
@@ -243,7 +243,7 @@ PROC = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is
     "command, name, message",
     [
         ("simulate", "traj.h5", "must end in .nc or .npz"),
-        ("simulate", "missing/traj.nc", "no directory"),
+        ("simulate", "f.txt/traj.nc", "is not a directory"),
         ("simulate", "traj.nc/", "is a directory"),
         # writable by its permission bits for root, yet no file can be created there
         pytest.param("simulate", "/proc/traj.nc", "cannot create files", marks=PROC),
@@ -252,6 +252,7 @@ PROC = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is
 )
 def test_output_path_is_checked_before_computing(command, name, message, tmp_path, capsys):
     (tmp_path / "traj.nc").mkdir()
+    (tmp_path / "f.txt").write_text("")
     option = "--save" if command == "simulate" else "--out"
     extra = ["--scores", "1,2"] if command == "stationary" else []
     code, out, err = cli(capsys, command, *extra, option, tmp_path / name)
@@ -286,3 +287,15 @@ def test_stationary_npy_input_and_mask_file(tmp_path, capsys):
     np.testing.assert_allclose(w[:, keep], scipy.special.softmax(ROWS[:2][:, keep], axis=-1),
                                rtol=1e-13)
     assert np.all(w[:, 2] == 0.0)
+
+
+def test_outputs_create_missing_directories(tmp_path, capsys):
+    # the path rule of every command: a missing folder is created, as `--figures-dir` does
+    code, _, err = cli(capsys, "stationary", "--scores", "1,2", "--out", tmp_path / "a/b/w.csv")
+    assert code == 0, err
+    w = np.loadtxt(tmp_path / "a/b/w.csv", delimiter=",")
+    np.testing.assert_allclose(w, scipy.special.softmax([1.0, 2.0]), rtol=1e-13)
+    code, _, err = cli(capsys, "simulate", "--scores", "1,2", "--t1", "2", "--n-save", "5",
+                       "--save", tmp_path / "c/traj.npz")
+    assert code in (0, 1), err
+    assert "time" in np.load(tmp_path / "c/traj.npz")

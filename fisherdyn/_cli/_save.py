@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
-__all__ = ["save_arg", "add_save_option", "save_trajectory", "output_file_error"]
+__all__ = ["save_arg", "add_save_option", "save_trajectory"]
 
 SUFFIXES = (".nc", ".npz")
 
@@ -25,33 +24,14 @@ _PER_TIME = {
 }
 
 
-def output_file_error(path: Path) -> str | None:
-    """Why the file `path` cannot be written, or None. Creating a file beside it is tried,
-    since permission bits do not bind root and some file systems (/proc) refuse anyway."""
-    import tempfile
-
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        return f"{path} is a directory"
-    if not parent.is_dir():
-        return f"no directory {parent} to write {path.name} into"
-    if path.exists() and not os.access(path, os.W_OK):
-        return f"{path} is not writable"
-    try:
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=".fisherdyn-write-test-")
-    except OSError as e:
-        return f"cannot create files in {parent} ({e.strerror or e})"
-    os.close(fd)
-    os.unlink(probe)
-    return None
-
-
 def save_arg(text: str) -> Path:
     """A `.nc` or `.npz` path that can be written: checked before any computation."""
     path = Path(text)
     if path.suffix.lower() not in SUFFIXES:
         raise argparse.ArgumentTypeError(f"must end in .nc or .npz, got {text!r}")
-    error = output_file_error(path)
+    from ._options import output_path_error
+
+    error = output_path_error(path)
     if error is not None:
         raise argparse.ArgumentTypeError(error)
     return path
@@ -168,6 +148,7 @@ def save_trajectory(path: Path, report: dict, names: dict, args, z) -> None:
     arrays = _arrays(report, z)
     options = _options(args, z)
     result_name = names["results"][str(int(arrays["result"]))]
+    path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix.lower() == ".npz":
         with open(path, "wb") as f:  # a file object: np.savez keeps the name given
             np.savez(f, **arrays, result_name=np.array(result_name),

@@ -200,9 +200,9 @@ def _output_format(args, parser) -> str:
 
 def _check_out(path: Path, parser):
     """The output file can be written: checked before any computation."""
-    from ._save import output_file_error
+    from ._options import output_path_error
 
-    error = output_file_error(path)
+    error = output_path_error(path)
     if error is not None:
         parser.error(f"argument --out: {error}")
 
@@ -246,6 +246,8 @@ def _rows_off(w, keep):
 def _write(args, w, label):
     import numpy as np
 
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.format == "npy":
         with open(args.out, "wb") as f:  # a file object: np.save keeps the name given
             np.save(f, w)
