@@ -4,6 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
+CHECK_STAMP := $(VENV)/.installed-docs-check
 
 .PHONY: run test figures bench docs docs-check clean
 
@@ -16,6 +17,10 @@ $(STAMP): pyproject.toml
 $(DOCS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[docs]"
 	@touch $(DOCS_STAMP)
+
+$(CHECK_STAMP): $(DOCS_STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[docs,docs-check]"
+	@touch $(CHECK_STAMP)
 
 # the verification run; its figures go to run/ (ignored by git)
 run: $(STAMP)
@@ -39,8 +44,9 @@ bench: $(STAMP)
 docs: $(DOCS_STAMP)
 	$(BIN)/mkdocs build --strict
 
-# the built site opened from disk in headless Chromium with no network (apt-get install chromium)
-docs-check: docs
+# the built site opened from disk in headless Chromium with no network (apt-get install chromium),
+# driven by Playwright, which uses that Chromium and downloads none
+docs-check: docs $(CHECK_STAMP)
 	$(BIN)/python docs/_check/check_site.py site
 
 clean:

@@ -1,8 +1,9 @@
 """The documentation's offline machinery, without building the site or starting a browser.
 
 `make docs-check` runs the full check on the built site in headless Chromium; these tests pin
-the pieces it relies on: the figure-link hook and the static checks of `check_site.py`, each
-on a small hand-written page whose right answer is known.
+the pieces it relies on: the figure-link hook, the static checks of `check_site.py` and what
+its browser part reports, each on a small hand-written page whose right answer is known (the
+one test that starts Chromium is skipped without Playwright and a system Chromium).
 """
 
 import importlib.util
@@ -119,3 +120,66 @@ def test_the_404_page_may_link_from_the_root(tmp_path):
     # a server shows 404.html for any missing path, so the theme writes root-absolute links
     site = _site(tmp_path, {"index.html": "x", "404.html": '<a href="/index.html">home</a>'})
     assert check_site.static_checks(site) == ([], 0)
+
+
+class _FakeRoute:
+    def __init__(self, url):
+        self.request = type("Request", (), {"url": url})()
+        self.outcome = None
+
+    def continue_(self):
+        self.outcome = "continued"
+
+    def abort(self):
+        self.outcome = "aborted"
+
+
+@pytest.mark.parametrize("url, outcome, lines", [
+    ("file:///site/index.html", "continued", []),
+    ("data:image/png;base64,AAAA", "continued", []),
+    ("https://cdn.example/x.js", "aborted", ["requested https://cdn.example/x.js"]),
+    ("http://127.0.0.1:8000/", "aborted", ["requested http://127.0.0.1:8000/"]),
+])
+def test_the_browser_stops_and_reports_every_request_off_disk(url, outcome, lines):
+    watch = check_site._Watch()
+    route = _FakeRoute(url)
+    watch.route(route)
+    assert (route.outcome, watch.take()) == (outcome, lines)
+    assert watch.take() == []  # taken once, per page
+
+
+def test_the_speech_step_forgives_only_the_refused_speech_rules():
+    rules = "file:///s/javascripts/mathjax/sre/mathmaps/base.json"
+    lines = [f"a local file failed to load (net::ERR_FAILED: {rules})",
+             "script error: SyntaxError: Unexpected end of JSON input",
+             "a local file failed to load (net::ERR_FILE_NOT_FOUND: file:///s/a11y/sre.js)",
+             "requested https://cdn.jsdelivr.net/npm/speech-rule-engine@4/lib/mathmaps/en.json"]
+    assert check_site._speech_lines(lines) == lines[2:]
+
+
+_browser = pytest.mark.skipif(
+    check_site.sync_playwright is None or check_site.find_chromium() is None,
+    reason="needs Playwright and a system Chromium (make docs-check installs Playwright)")
+
+
+@_browser
+def test_the_browser_check_reports_what_a_page_did(tmp_path):
+    # a site without MathJax: the speech steps fail too, and only this page's lines are asserted
+    page = ('<html><body><article><p>x</p></article>'
+            '<script>fetch("https://example.org/t.js").catch(() => 0); null.x;</script>'
+            '<script src="nowhere.js"></script></body></html>')
+    site = _site(tmp_path, {"index.html": "<html><body>home</body></html>",
+                            "math.html": "<html><body>m</body></html>", "bad.html": page})
+    shot = tmp_path / "shot.png"
+    with check_site.sync_playwright() as playwright:
+        with playwright.chromium.launch(executable_path=check_site.find_chromium()) as browser:
+            failures, counts, _ = check_site.browser_checks(site, browser, shot)
+    mine = sorted(f for f in failures if f.startswith("bad.html"))
+    assert mine == [
+        f"bad.html: a local file failed to load (net::ERR_FILE_NOT_FOUND: "
+        f"{(site / 'nowhere.js').resolve().as_uri()})",
+        "bad.html: requested https://example.org/t.js",
+        "bad.html: script error: TypeError: Cannot read properties of null (reading 'x')",
+    ]
+    assert set(counts) == {"bad.html", "index.html", "math.html"}
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

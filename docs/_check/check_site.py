@@ -9,7 +9,9 @@ Without a browser:
 - every internal link, script, stylesheet and image of every page names a file that exists
   (a page, not a directory), and every `#anchor` exists in its target page.
 
-In headless Chromium with every host name unresolvable, each page opened from `file://`:
+In the system's headless Chromium, driven by Playwright, with every request outside
+`file:`/`data:`/`blob:` stopped (and every host name unresolvable), each page opened from
+`file://`:
 - no request leaves `file:`/`data:`/`blob:`, no local file fails to load, no script error;
 - every formula is typeset: each `arithmatex` element holds an `mjx-container`, no raw `\\(`
   is left, no TeX error (`mjx-merror`);
@@ -21,12 +23,12 @@ In headless Chromium with every host name unresolvable, each page opened from `f
 - the mathematics page is saved as a screenshot (1280 x 2000).
 
 Exit status 0 when everything holds, 1 with one line per failure otherwise, 2 when Chromium
-is missing.
+or Playwright is missing (`make docs-check` installs Playwright; it never downloads a browser).
 """
 
 import argparse
-import base64
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -34,8 +36,11 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cdp import Browser, find_chromium  # noqa: E402
+try:
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+except ImportError:  # the static checks (and their tests) run without it
+    sync_playwright = None
 
 _EXTERNAL = re.compile(r"^(?:[a-z][a-z0-9+.-]*:)?//", re.I)
 _CSS_URL = re.compile(r"""url\(\s*['"]?([^'")\s]+)|@import\s+['"]([^'"]+)""", re.I)
@@ -64,6 +69,7 @@ _FETCHING = {
 _LINK_FETCHING_RELS = {"stylesheet", "preload", "prefetch", "preconnect", "dns-prefetch",
                        "modulepreload", "icon", "manifest", "apple-touch-icon"}
 _LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
+_SPEECH_RULES = "/javascripts/mathjax/sre/mathmaps/"
 
 
 class _Page(HTMLParser):
@@ -171,7 +177,7 @@ def _link_checks(site: Path, pages):
 
 
 _PAGE_STATE = r"""
-(async () => {
+async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
     // a hung start-up shows as untypeset formulas, not as a stuck check
     await Promise.race([MathJax.startup.promise, new Promise(r => setTimeout(r, 20000))]);
@@ -218,11 +224,11 @@ _PAGE_STATE = r"""
     tables: tables,
     images: images,
   };
-})()
+}
 """
 
 _SEARCH = r"""
-(async () => {
+async () => {
   const input = document.querySelector("input[data-md-component=search-query]");
   const toggle = document.getElementById("__search");
   if (!input || !toggle) return "no search box";
@@ -239,12 +245,12 @@ _SEARCH = r"""
     if (hits > 0) return hits;
   }
   return (document.querySelector(".md-search-result__meta") || {}).textContent || "no results";
-})()
+}
 """
 
 
 _SPEECH = r"""
-(async () => {
+async () => {
   const doc = window.MathJax && MathJax.startup && MathJax.startup.document;
   if (!doc || !doc.menu) return "MathJax did not start";
   doc.menu.menu.pool.lookup("explorer").setValue(true);
@@ -252,75 +258,103 @@ _SPEECH = r"""
     await new Promise(r => setTimeout(r, 100));
   }
   await new Promise(r => setTimeout(r, 1000));
-})()
+}
 """
 
 
-def _requests_out(events):
-    return [f"requested {e['params']['request']['url']}" for e in events
-            if e["method"] == "Network.requestWillBeSent"
-            and not e["params"]["request"]["url"].startswith(_LOCAL_SCHEMES)]
+def find_chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
 
 
-def browser_checks(site: Path, chromium: str, screenshot: Path):
+class _Watch:
+    """What the open page did that a page read from disk must not: its lines, taken per page."""
+
+    def __init__(self):
+        self.lines = []
+
+    def route(self, route):
+        url = route.request.url
+        if url.startswith(_LOCAL_SCHEMES):
+            route.continue_()
+        else:
+            self.lines.append(f"requested {url}")
+            route.abort()
+
+    def request_failed(self, request):
+        # an outside request is reported above when stopped; a cancelled one is no fault
+        if request.url.startswith(_LOCAL_SCHEMES) and request.failure != "net::ERR_ABORTED":
+            self.lines.append(f"a local file failed to load ({request.failure}: {request.url})")
+
+    def page_error(self, error):
+        self.lines.append(f"script error: {error.name}: {error.message}".splitlines()[0])
+
+    def take(self):
+        lines, self.lines = self.lines, []
+        return lines
+
+
+def _speech_lines(lines):
+    """The speech step's lines, less what opening from disk costs by design: the browser refuses
+    the speech rules (data files, read with XMLHttpRequest) and the refusal surfaces as a script
+    error; `javascripts/mathjax.js` then keeps the next page's formulas rendering."""
+    return [line for line in lines if not line.startswith("script error:")
+            and not (line.startswith("a local file failed") and _SPEECH_RULES in line)]
+
+
+def browser_checks(site: Path, browser, screenshot: Path):
     """The checks in the browser; returns (failures, each page's state, search hits)."""
     failures, counts, hits = [], {}, None
-    with Browser(chromium, width=1280, height=2000) as browser:
-        for domain in ("Page", "Network", "Runtime"):
-            browser.call(f"{domain}.enable")
-        browser.call("Emulation.setDeviceMetricsOverride", width=1280, height=2000,
-                     deviceScaleFactor=1, mobile=False)
+    watch = _Watch()
+    with browser.new_context(viewport={"width": 1280, "height": 2000},
+                             device_scale_factor=1) as context:
+        context.route("**/*", watch.route)
+        page = context.new_page()
+        page.on("requestfailed", watch.request_failed)
+        page.on("pageerror", watch.page_error)
+
+        def open_page(rel):
+            watch.take()
+            page.goto((site / rel).resolve().as_uri(), wait_until="load", timeout=60_000)
+            return page.evaluate(_PAGE_STATE)
+
         for path in sorted(site.rglob("*.html")):
             rel = path.relative_to(site).as_posix()
             if rel == "404.html":
                 continue  # only a web server shows it, with absolute links
-            url = path.resolve().as_uri()
-            browser.events.clear()
-            browser.call("Page.navigate", url=url)
-            browser.wait_for("Page.loadEventFired", timeout=60)
-            state = browser.evaluate(_PAGE_STATE, timeout=60)
-            counts[rel] = state
-            failures += _page_failures(rel, state, browser.events)
+            state = counts[rel] = open_page(rel)
+            failures += [f"{rel}: {line}" for line in watch.take()]
+            failures += _page_failures(rel, state)
             if rel == "index.html":
-                browser.events.clear()
-                hits = browser.evaluate(_SEARCH, timeout=30)
+                hits = page.evaluate(_SEARCH)
                 if not isinstance(hits, int):
                     failures.append(f"{rel}: the search found nothing for 'entropy' ({hits})")
-                failures += [f"{rel} (search): {f}" for f in _requests_out(browser.events)]
+                failures += [f"{rel} (search): {line}" for line in watch.take()]
             if rel == "math.html":
-                shot = browser.call("Page.captureScreenshot", format="png")["data"]
                 screenshot.parent.mkdir(parents=True, exist_ok=True)
-                screenshot.write_bytes(base64.b64decode(shot))
+                page.screenshot(path=screenshot)
         # last, since the menu remembers the setting: MathJax's speech loads its rules on
         # demand, and they must come from the site
-        browser.call("Page.navigate", url=(site / "math.html").resolve().as_uri())
-        browser.wait_for("Page.loadEventFired", timeout=60)
-        browser.evaluate(_PAGE_STATE, timeout=60)
-        browser.events.clear()
-        speech = browser.evaluate(_SPEECH, timeout=30)
+        open_page("math.html")
+        watch.take()
+        speech = page.evaluate(_SPEECH)
         if speech:
             failures.append(f"math.html: the speech explorer could not be turned on: {speech}")
-        failures += [f"math.html (speech): {f}" for f in _requests_out(browser.events)]
+        failures += [f"math.html (speech): {line}" for line in _speech_lines(watch.take())]
         # and with the explorer remembered as on, the next page still renders its formulas
-        browser.call("Page.navigate", url=(site / "index.html").resolve().as_uri())
-        browser.wait_for("Page.loadEventFired", timeout=60)
-        state = browser.evaluate(_PAGE_STATE, timeout=60)
+        state = open_page("index.html")
         if state["untypeset"] or not state["arithmatex"]:
             failures.append(f"index.html, after the speech explorer was turned on: "
                             f"{state['untypeset']} of {state['arithmatex']} formulas not typeset")
+        failures += [f"index.html (after speech): {line}" for line in watch.take()]
     return failures, counts, hits
 
 
-def _page_failures(rel, state, events):
-    failures = [f"{rel}: {f}" for f in _requests_out(events)]
-    for event in events:
-        method, params = event["method"], event.get("params", {})
-        if method == "Network.loadingFailed" and not params.get("canceled"):
-            failures.append(f"{rel}: a local file failed to load ({params.get('errorText')})")
-        elif method == "Runtime.exceptionThrown":
-            details = params["exceptionDetails"]
-            text = details.get("exception", {}).get("description") or details.get("text")
-            failures.append(f"{rel}: script error: {str(text).splitlines()[0]}")
+def _page_failures(rel, state):
+    failures = []
     if state["untypeset"] or state["raw"] or state["errors"]:
         failures.append(
             f"{rel}: {state['untypeset']} of {state['arithmatex']} formulas not typeset, "
@@ -354,13 +388,18 @@ def main(argv=None):
         "--screenshot", type=Path,
         default=Path(tempfile.gettempdir()) / "fisherdyn-docs-check" / "math.png",
     )
+    parser.add_argument("--chromium", help="the browser to drive (default: chromium on PATH)")
     args = parser.parse_args(argv)
     if not (args.site / "index.html").is_file():
         print(f"error: {args.site}/index.html not found: build the site first (make docs)")
         return 2
-    chromium = find_chromium()
+    chromium = args.chromium or find_chromium()
     if chromium is None:
         print("error: Chromium not found: install it (Debian: apt-get install chromium)")
+        return 2
+    if sync_playwright is None:
+        print("error: Playwright not installed: run make docs-check, "
+              "or pip install -e '.[docs-check]'")
         return 2
 
     start = time.monotonic()
@@ -368,7 +407,17 @@ def main(argv=None):
     pages = len(list(args.site.rglob("*.html")))
     print(f"static: {pages} pages, {external} external fetch URLs, "
           f"{len(failures)} failures")
-    browser_failures, counts, hits = browser_checks(args.site, chromium, args.screenshot)
+    with sync_playwright() as playwright:
+        try:
+            # the host-resolver rule backs up the route for anything it cannot see
+            browser = playwright.chromium.launch(
+                executable_path=chromium, args=["--host-resolver-rules=MAP * ~NOTFOUND"])
+        except PlaywrightError as exc:
+            print(f"error: {chromium} did not start under Playwright: "
+                  f"{str(exc).strip().splitlines()[0]}")
+            return 2
+        with browser:
+            browser_failures, counts, hits = browser_checks(args.site, browser, args.screenshot)
     failures += browser_failures
     formulas = sum(c["arithmatex"] for c in counts.values())
     typeset = sum(c["arithmatex"] - c["untypeset"] for c in counts.values())
