@@ -174,7 +174,8 @@ def test_parameter_types_checked_at_construction(cls, name, good):
 
     for bad in (str(good), complex(good, 1.0), True, None, [good], np.array([good], complex),
                 jnp.array(True)):
-        with pytest.raises(TypeError, match=f"{cls.__name__}'s parameter {name} must be a real") as e:
+        message = f"{cls.__name__}'s parameter {name} must be a real"
+        with pytest.raises(TypeError, match=message) as e:
             build(bad)
         assert len(str(e.value).splitlines()) == 1
     for ok in (good, np.float32(good), jnp.asarray(good), np.array([good, good])):

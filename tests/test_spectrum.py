@@ -98,3 +98,57 @@ def test_shannon_isotropic_and_regimes():
     # Kaniadakis spreads the spectrum (docs/math.md §6), stiffest at the low-weight keys
     sp = fd.relaxation_spectrum(fd.Kaniadakis(0.5), z, T, mass=m, damping=1.0)
     assert np.ptp(np.asarray(sp.omega2)) > 0.1 * T
+
+
+# --------------------------------------------------------------------------- input checks
+
+BAD_DYNAMICS_INPUTS = [
+    (dict(T=0.8, mass=-1.0, damping=0.5), "mass must be finite and >= 0"),
+    (dict(T=0.8, mass=0.0, damping=0.0), "needs damping > 0"),
+    (dict(T=0.8, mass=1.0, damping=-0.5), "damping must be finite and >= 0"),
+    (dict(T=0.8, mass=np.inf, damping=0.5), "mass must be finite and >= 0"),
+    (dict(T=0.0, mass=1.0, damping=0.5), "T must be finite and > 0"),
+    (dict(T=np.nan, mass=1.0, damping=0.5), "T must be finite and > 0"),
+]
+
+
+@pytest.mark.parametrize("kwargs, message", BAD_DYNAMICS_INPUTS)
+def test_spectrum_checks_inputs_like_simulate(kwargs, message):
+    """The inputs `simulate` and `relax` refuse, `relaxation_spectrum` refuses with the same
+    one-line ValueError (it returned rates of 1.6, inf and -0.25 for the first three)."""
+    z = np.array([1.0, 0.5, -0.2])
+    rho = fd.stationary(fd.Shannon(), z, 1.0)  # given, so that the spectrum's own checks act
+    for fn, extra in ((fd.simulate, {}), (fd.relaxation_spectrum, dict(rho=rho))):
+        with pytest.raises(ValueError, match=message) as info:
+            fn(fd.Shannon(), z, **kwargs, **extra)
+        assert len(str(info.value).splitlines()) == 1
+
+
+def test_spectrum_checks_scores():
+    # NaN / +inf scores are refused even with the fixed point given (nothing else reads them)
+    rho = np.full(3, 1 / 3)
+    for bad in (np.nan, np.inf):
+        with pytest.raises(ValueError, match=r"scores contain NaN or \+inf \(1 of 3"):
+            fd.relaxation_spectrum(fd.Shannon(), np.array([1.0, bad, 0.0]), 1.0, mass=1.0,
+                                   damping=1.0, rho=rho)
+
+
+def test_spectrum_traced_mass_may_vanish():
+    """Under vmap the mass is traced: m = 0 stays the overdamped limit, and the closed form
+    holds (Shannon, omega^2 = T: slowest rate T/gamma at m = 0, else the slower root of
+    m s^2 + gamma s + T; rtol 1e-12, round-off)."""
+    import jax
+    import jax.numpy as jnp
+
+    z, T, gamma = jnp.array([1.0, 0.5, -0.2]), 0.8, 1.5
+    masses = jnp.array([0.0, 0.25, 1.0])
+    rates = jax.vmap(lambda m: fd.relaxation_spectrum(fd.Shannon(), z, T, mass=m,
+                                                      damping=gamma).slowest_rate)(masses)
+    m = np.array([0.25, 1.0])
+    disc = np.sqrt(np.maximum(gamma**2 - 4 * m * T, 0))
+    ref = np.r_[T / gamma, (gamma - disc) / (2 * m)]
+    np.testing.assert_allclose(rates, ref, rtol=1e-12)
+    # a traced m = 0 without damping: the runtime check, its reason in the message
+    f = jax.jit(lambda m, g: fd.relaxation_spectrum(fd.Shannon(), z, T, mass=m, damping=g))
+    with pytest.raises(Exception, match="damping > 0 where mass = 0"):
+        jax.block_until_ready(f(0.0, 0.0))

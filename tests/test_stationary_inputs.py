@@ -102,3 +102,78 @@ def test_tsallis_above_two_on_the_simplex_at_large_T(q):
                 assert np.all(np.isfinite(rho)) and np.all(rho >= 0)
                 worst = max(worst, np.max(np.abs(rho.sum(-1) - 1)))
     assert worst <= 1e-13, worst
+
+
+# --------------------------------------------------------------------------- bad inputs
+
+Z3 = np.array([1.0, 0.5, -0.2])
+
+
+def _one_line_value_error(fn, match):
+    with pytest.raises(ValueError, match=match) as info:
+        jax.block_until_ready(fn())
+    assert len(str(info.value).splitlines()) == 1, str(info.value)
+
+
+def test_concrete_bad_inputs_raise_one_line_value_errors():
+    """Concrete NaN / +inf scores and T <= 0 or non-finite raise a one-line ValueError from
+    every entry point that takes scores and T (they raised a 37-line EquinoxRuntimeError,
+    which `except ValueError` does not catch)."""
+    nan = Z3.copy()
+    nan[1] = np.nan
+    inf = Z3.copy()
+    inf[2] = np.inf
+    entropy = fd.Tsallis(0.5)
+    entries = [
+        lambda z, T: fd.stationary(fd.Shannon(), z, T),  # the softmax path
+        lambda z, T: fd.stationary(entropy, z, T),
+        lambda z, T: fd.stationary_info(entropy, z, T).rho,
+        lambda z, T: fd.stationary_jacobian(entropy, z, T),
+        lambda z, T: fd.solve_stationary(entropy, z, T).rho,
+        lambda z, T: fd.relaxation_spectrum(entropy, z, T, mass=1.0, damping=1.0).omega2,
+        lambda z, T: fd.simulate(entropy, z, T, mass=1.0, damping=1.0, t1=1.0).rho,
+    ]
+    for fn in entries:
+        for z in (nan, inf, jnp.asarray(nan)):
+            _one_line_value_error(lambda: fn(z, 1.0), r"scores (contain NaN or \+inf|must)")
+        for T in (0.0, -1.0, np.nan, np.inf, jnp.asarray(0.0)):
+            _one_line_value_error(lambda: fn(Z3, T), "T must be finite and > 0")
+    renyi = lambda z, T: fd.stationary_branches(fd.Renyi(2.0), z, T).rho  # noqa: E731
+    _one_line_value_error(lambda: renyi(nan, 1.0), r"NaN or \+inf")
+    _one_line_value_error(lambda: renyi(Z3, 0.0), "T must")
+    # attention: q k^T are the scores
+    q = np.array([[1.0, np.nan]])
+    _one_line_value_error(lambda: fd.attention(q, q, q), r"NaN or \+inf")
+    _one_line_value_error(lambda: fd.attention(Z3[None], Z3[None], Z3[None], T=0.0), "T must")
+
+
+def test_bad_input_messages_name_the_problem():
+    z = np.array([[1.0, np.nan, 0.0], [np.inf, 0.0, 1.0]])
+    with pytest.raises(ValueError, match=r"^scores contain NaN or \+inf \(2 of 6 entries\)"):
+        fd.stationary(fd.Tsallis(1.5), z, 1.0)
+    with pytest.raises(ValueError, match=r"^T must be finite and > 0, got -1.0 \(1 of its 2"):
+        fd.stationary(fd.Tsallis(1.5), np.zeros((2, 3)), np.array([[1.0], [-1.0]]))
+    # a masked entry may hold anything: it is ignored, not an error (weights 0 there)
+    keep = ~np.isnan(z) & ~np.isinf(z)
+    rho = np.asarray(fd.stationary(fd.Tsallis(1.5), z, 1.0, mask=keep))
+    assert np.all(rho[~keep] == 0) and np.allclose(rho.sum(-1), 1, rtol=0, atol=1e-14)
+    # solve_stationary needs a key to solve for
+    with pytest.raises(ValueError, match="every key of a row is masked"):
+        fd.solve_stationary(fd.Shannon(), Z3, 1.0, mask=np.zeros(3, bool))
+
+
+def test_traced_bad_inputs_raise_at_run_time_with_the_reason():
+    """Under jit the inputs are traced: Equinox's runtime check raises, its message the
+    reason. vmap and grad are unaffected by the concrete pre-check (reference: softmax,
+    and its Jacobian diag(p) - p p^T, round-off 1e-15)."""
+    f = jax.jit(lambda z, T: fd.stationary(fd.Tsallis(0.5), z, T))
+    with pytest.raises(Exception, match=r"T must be finite and > 0"):
+        jax.block_until_ready(f(jnp.asarray(Z3), 0.0))
+    with pytest.raises(Exception, match=r"scores contain NaN or \+inf: mask"):
+        jax.block_until_ready(f(jnp.asarray(Z3).at[0].set(jnp.nan), 1.0))
+    batch = jnp.asarray(np.stack([Z3, Z3[::-1]]))
+    rho = jax.vmap(lambda z: fd.stationary(fd.Shannon(), z, 0.5))(batch)
+    np.testing.assert_allclose(rho, jax.nn.softmax(batch / 0.5), rtol=0, atol=1e-15)
+    J = jax.jacfwd(lambda z: fd.stationary(fd.Shannon(), z, 1.0))(jnp.asarray(Z3))
+    p = np.asarray(jax.nn.softmax(Z3))
+    np.testing.assert_allclose(J, np.diag(p) - np.outer(p, p), rtol=0, atol=1e-15)

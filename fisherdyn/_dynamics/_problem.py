@@ -14,7 +14,7 @@ import numpy as np
 
 from .._custom_types import Array, Float
 from .._entropies import AbstractEntropy
-from .._misc import check_entropy, is_concrete
+from .._misc import check, check_entropy, is_concrete
 from ._system import FisherSystem
 
 __all__ = [
@@ -25,21 +25,13 @@ __all__ = [
     "default_tols",
     "positive_time",
     "is_overdamped",
+    "parameters",
     "resolve_solver",
     "resolve_adjoint",
     "controller",
     "masked_rms_norm",
     "raise_if",
 ]
-
-
-def check(cond_ok, message: str, value):
-    """Raise `ValueError(message)` now when concrete, else attach a runtime check."""
-    if is_concrete(cond_ok):
-        if not bool(np.all(np.asarray(cond_ok))):
-            raise ValueError(message)
-        return value
-    return eqx.error_if(value, ~jnp.all(cond_ok), message)
 
 
 def arrayify_entropy(entropy: AbstractEntropy, dtype) -> AbstractEntropy:
@@ -207,7 +199,10 @@ def _scores(scores, mask):
     return z, mask
 
 
-def _parameters(T, mass, damping, dtype, overdamped, need_damping):
+def parameters(T, mass, damping, dtype, overdamped, need_damping, mass_may_vanish=False):
+    """T, mass and damping as checked arrays of `dtype` (`overdamped`: `is_overdamped`'s
+    answer; `need_damping`: relax; `mass_may_vanish`: a traced mass may be 0, the
+    overdamped limit, as `relaxation_spectrum` takes it)."""
     T = jnp.asarray(T, dtype)
     T = check(jnp.all(T > 0) & jnp.all(jnp.isfinite(T)), "T must be finite and > 0", T)
     mass = jnp.asarray(mass, dtype)
@@ -220,7 +215,12 @@ def _parameters(T, mass, damping, dtype, overdamped, need_damping):
     if overdamped or need_damping:
         what = "the overdamped flow (mass = 0)" if overdamped else "relax"
         damping = check(jnp.all(damping > 0), f"{what} needs damping > 0", damping)
-    if not overdamped:
+    if not overdamped and mass_may_vanish:
+        ok = (mass >= 0) & jnp.isfinite(mass) & ((mass > 0) | (damping > 0))
+        mass = check(
+            jnp.all(ok), "mass must be finite and >= 0, and damping > 0 where mass = 0", mass
+        )
+    elif not overdamped:
         mass = check(jnp.all(mass > 0), "mass must be > 0 (or exactly 0: overdamped)", mass)
     return T, mass, damping
 
@@ -294,7 +294,7 @@ def prepare(
     check_entropy(entropy)
     z, mask = _scores(scores, mask)
     dtype, n = z.dtype, z.shape[-1]
-    T, mass, damping = _parameters(T, mass, damping, dtype, overdamped, need_damping)
+    T, mass, damping = parameters(T, mass, damping, dtype, overdamped, need_damping)
     entropy = arrayify_entropy(entropy, dtype)
     rho0 = _initial_weights(rho0, entropy, n, dtype, mask)
     v0 = _initial_velocity(velocity0, rho0, n, dtype, overdamped, mask)

@@ -17,7 +17,8 @@ import numpy as np
 from .._custom_types import Array, ArrayLike, Bool, Complex, Float, Int, RealScalarLike, Scores
 from .._entropies import AbstractEntropy
 from .._misc import check_entropy, is_concrete
-from ._problem import arrayify_entropy
+from .._stationary._checks import check_concrete
+from ._problem import arrayify_entropy, is_overdamped, parameters
 from ._system import stiffness_matrix, tangent_basis
 
 __all__ = ["relaxation_spectrum", "RelaxationSpectrum", "UNDERDAMPED", "CRITICAL", "OVERDAMPED"]
@@ -165,6 +166,14 @@ def relaxation_spectrum(
     z = z if jnp.issubdtype(z.dtype, jnp.floating) else z.astype(jnp.result_type(float))
     if z.ndim == 0 or z.shape[-1] < 2:
         raise ValueError("relaxation_spectrum needs scores with at least 2 keys")
+    if jnp.ndim(T) or jnp.ndim(mass) or jnp.ndim(damping):
+        raise ValueError("relaxation_spectrum takes scalar T, mass and damping")
+    # the checks and messages of `simulate`: ValueError now for concrete inputs, a runtime
+    # error under jit
+    check_concrete(z, T, mask)
+    T, mass, damping = parameters(
+        T, mass, damping, z.dtype, is_overdamped(mass), need_damping=False, mass_may_vanish=True
+    )
     if mask is not None or (is_concrete(z) and bool(np.any(np.isneginf(np.asarray(z))))):
         mask = jnp.broadcast_to(True if mask is None else jnp.asarray(mask, bool), z.shape)
         mask = mask & (z != -jnp.inf)
@@ -177,9 +186,6 @@ def relaxation_spectrum(
         z = jnp.where(mask, z, jnp.zeros((), z.dtype))
         rho = jnp.where(mask, rho, jnp.zeros((), z.dtype))
     dtype = z.dtype
-    T, mass, damping = (jnp.asarray(v, dtype) for v in (T, mass, damping))
-    if T.ndim or mass.ndim or damping.ndim:
-        raise ValueError("relaxation_spectrum takes scalar T, mass and damping")
     batch = jnp.broadcast_shapes(z.shape, rho.shape)
     entropy = arrayify_entropy(entropy, dtype)
     return _batched(

@@ -15,7 +15,7 @@ import numpy as np
 from .._custom_types import Array, ArrayLike, Bool, Float, Mask, Temperature
 from .._entropies import AbstractEntropy
 from .._misc import check_entropy
-from ._checks import as_array, prepare
+from ._checks import call_checked, prepare
 from ._operator import _free_energy_unchecked, _solve
 from ._separable import _solve_separable
 from ._shaped import _log_moment
@@ -93,7 +93,7 @@ def stationary_branches(
     `for b in stationary_branches(...)` visits the valid ones.
     """
     check_entropy(entropy)
-    return _branches_jit(entropy, as_array(scores), as_array(T), mask, n_grid)
+    return call_checked(_branches_jit, entropy, scores, T, mask, n_grid)
 
 
 def _consistency(entropy, ts, z, keep, T, logM, nu0=None):

@@ -3,14 +3,39 @@ masks, empty rows."""
 
 from __future__ import annotations
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from .._misc import is_concrete
 
 
 def as_array(x):
     """Python scalars become arrays (traced under jit), so new values of T do not recompile."""
     return x if isinstance(x, jax.Array) else jnp.asarray(x)
+
+
+def call_checked(jitted, entropy, scores, T, mask, *rest, axis: int = -1):
+    """Call a public entry point's jitted body `jitted(entropy, scores, T, mask, *rest)`
+    with its inputs checked: concrete ones raise a one-line `ValueError`, traced ones are
+    checked at run time (`prepare`).
+
+    T is checked on the host before any tracing (it is small). The scores are checked by
+    the solver's own pass over them (`prepare`): an eager call waits for its result anyway
+    (Equinox's `filter_jit` blocks on it), so a failed check is turned into the same
+    `ValueError` here at no cost, where a separate pass before the call would read every
+    score twice."""
+    scores, T = as_array(scores), as_array(T)
+    check_concrete(scores, T, mask, axis, scan_scores=False)
+    try:
+        return jitted(entropy, scores, T, mask, *rest)
+    except eqx.EquinoxRuntimeError as e:
+        if f"EquinoxRuntimeError: {SCORES_MESSAGE.format(count='')}\n" not in str(e):
+            raise
+        raise ValueError(_scores_message(scores, mask)) from None
 
 
 def keys_last(scores, axis):
@@ -71,10 +96,93 @@ def checked_T(T, bad_scores, dtype, shape, axis):
     the input checks. Both checks ride on the small T (every solve reads it): routing the
     full score array through `error_if` would cost an extra pass over it."""
     T = row_T(jnp.asarray(T, dtype=dtype), shape, axis)
-    T = eqx.error_if(T, bad_scores, "scores contain NaN or +inf")
-    return eqx.error_if(
-        T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)), "T must be finite and > 0"
-    )
+    T = eqx.error_if(T, bad_scores, SCORES_MESSAGE.format(count=""))
+    return eqx.error_if(T, jnp.any(~(T > 0)) | jnp.any(~jnp.isfinite(T)), T_MESSAGE)
+
+
+# the reason first: under jit these are the messages Equinox's runtime error carries
+SCORES_MESSAGE = (
+    "scores contain NaN or +inf{count}: mask the keys that take no part (mask=False, or "
+    "a -inf score)"
+)
+T_MESSAGE = "T must be finite and > 0"
+EMPTY_MESSAGE = (
+    "every key of a row is masked (mask all False, or all scores -inf): there is no "
+    "stationary law"
+)
+
+
+@functools.partial(jax.jit, static_argnames=("axis", "need_keys"))
+def _bad_scores(z, keep, axis, need_keys):
+    """(NaN or +inf on a kept key, a row with no kept key) as one small array: one pass
+    over the scores (their NaN-propagating row maximum) and one transfer to the host."""
+    top = jnp.max(z if keep is None else jnp.where(keep, z, -jnp.inf), axis=axis)
+    bad = jnp.any(jnp.isnan(top) | (top == jnp.inf))
+    empty = jnp.any(top == -jnp.inf) if need_keys else jnp.zeros((), bool)
+    return jnp.stack([bad, empty])
+
+
+def _checkable_scores(scores, mask, axis):
+    """(scores, mask) as the pre-check reads them, or (None, None) where it leaves the
+    inputs to the solver's own errors (no keys, a non-boolean or ill-shaped mask, integer
+    scores, which hold no NaN) or to the runtime checks (traced inputs)."""
+    z = scores
+    if not is_concrete((z, mask)) or jnp.ndim(z) == 0 or jnp.size(z) == 0:
+        return None, None
+    if not -jnp.ndim(z) <= axis < jnp.ndim(z):
+        return None, None
+    if not jnp.issubdtype(jnp.result_type(z), jnp.floating):
+        return None, None
+    if mask is None:
+        return z, None
+    keep = jnp.asarray(mask)
+    if keep.dtype != bool or jnp.broadcast_shapes(keep.shape, jnp.shape(z)) != jnp.shape(z):
+        return None, None
+    return z, keep
+
+
+def _scores_message(scores, mask):
+    """`SCORES_MESSAGE` with the count of offending entries (read on the host: an error)."""
+    values = np.asarray(scores)
+    bad = np.isnan(values) | (values == np.inf)
+    if mask is not None:
+        bad = bad & np.broadcast_to(np.asarray(mask), values.shape)
+    return SCORES_MESSAGE.format(count=f" ({int(bad.sum())} of {values.size} entries)")
+
+
+def check_concrete(
+    scores, T, mask=None, axis: int = -1, *, need_keys: bool = False, scan_scores: bool = True
+):
+    """Raise a one-line `ValueError` now, before any tracing, for inputs known at the call:
+    a T that is not finite and > 0; with `scan_scores`, NaN or +inf scores on kept keys;
+    with `need_keys`, a row whose keys are all masked. Traced inputs (under jit, vmap or
+    grad) are skipped: the runtime checks of `prepare` cover them.
+
+    T is read on the host (it is small). The scores are read on their device, one
+    reduction and one boolean to the host: a pass over them, for entry points whose own
+    program does not check them (`call_checked` is free for those that do)."""
+    if is_concrete(T):
+        values = np.asarray(T).astype(float).ravel()
+        bad = values[~(values > 0) | ~np.isfinite(values)]
+        if bad.size:
+            got = f"{bad[0]}" if values.size == 1 else (
+                f"{bad[0]} ({bad.size} of its {values.size} values)")
+            raise ValueError(f"{T_MESSAGE}, got {got}")
+    if not (scan_scores or need_keys):
+        return
+    try:
+        z, keep = _checkable_scores(scores, mask, axis)
+    except ValueError:  # a mask that does not broadcast: `prepare` says so
+        return
+    if z is None:
+        return
+    with jax.ensure_compile_time_eval():  # inside an outer trace, concrete stays concrete
+        flags = _bad_scores(z, keep, axis, need_keys)
+    bad, empty = np.asarray(flags)
+    if bad and scan_scores:
+        raise ValueError(_scores_message(z, keep))
+    if empty:
+        raise ValueError(EMPTY_MESSAGE)
 
 
 def prepare(scores, T, mask, axis):

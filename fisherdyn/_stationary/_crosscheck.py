@@ -37,6 +37,7 @@ from .._custom_types import ArrayLike, Bool, Float, RealScalarLike
 from .._entropies import AbstractEntropy, AbstractSeparableEntropy, AbstractTsallisShapedEntropy
 from .._misc import check_entropy
 from .._results import RESULTS
+from ._checks import EMPTY_MESSAGE, SCORES_MESSAGE, T_MESSAGE, check_concrete
 from ._crosscheck_optx import solve_optx
 from ._crosscheck_scipy import solve_scipy
 from ._solution import StationarySolution, finish
@@ -97,15 +98,17 @@ def solve_stationary(
     $F = -\\sum\\rho_i z_i - T S(\\rho)$ among all roots found by the scan.
     """
     _check(entropy, scores, T, mask)
+    check_concrete(scores, T, mask, need_keys=True)
     if method not in ("optimistix", "scipy"):
         raise ValueError(f"method must be 'optimistix' or 'scipy', got {method!r}")
     dtype = jnp.result_type(float)
     z = jnp.asarray(scores, dtype)
     keep = jnp.isfinite(z) if mask is None else jnp.asarray(mask, bool) & jnp.isfinite(z)
-    z = eqx.error_if(z, jnp.any(jnp.isnan(z)) | jnp.any(z == jnp.inf), "scores contain NaN/+inf")
-    z = eqx.error_if(z, ~jnp.any(keep), "every score is masked: there is no stationary law")
+    bad = jnp.any((jnp.isnan(z) | (z == jnp.inf)) & (True if mask is None else jnp.asarray(mask)))
+    z = eqx.error_if(z, bad, SCORES_MESSAGE.format(count=""))
+    z = eqx.error_if(z, ~jnp.any(keep), EMPTY_MESSAGE)
     T = jnp.asarray(T, dtype)
-    T = eqx.error_if(T, ~(T > 0) | ~jnp.isfinite(T), "T must be finite and > 0")
+    T = eqx.error_if(T, ~(T > 0) | ~jnp.isfinite(T), T_MESSAGE)
     z = jnp.where(keep, z, 0.0)
     if method == "optimistix":
         # parameters as arrays: one compilation per family, whatever the parameter value

@@ -23,7 +23,7 @@ from .._custom_types import Array, Float, Mask, Scores, Temperature, Weights
 from .._entropies import AbstractEntropy
 from .._misc import check_entropy, param_jvp
 from .._results import RESULTS
-from ._checks import as_array, prepare, row_T, unmasked_inputs
+from ._checks import call_checked, prepare, row_T, unmasked_inputs
 from ._separable import softmax, solve_separable_rows
 from ._shaped import _log_moment, _solve_tsallis_shaped
 from ._solution import StationarySolution, finish, result_where
@@ -171,7 +171,7 @@ def stationary(
         if mask is not None:
             raise TypeError("give `mask` or its alias `where`, not both")
         mask = where
-    return _stationary_jit(entropy, as_array(scores), as_array(T), mask, axis)
+    return call_checked(_stationary_jit, entropy, scores, T, mask, axis, axis=axis)
 
 
 @eqx.filter_jit
@@ -270,7 +270,7 @@ def stationary_info(
     whose root did not converge) and `stats["residual"]`. No gradient.
     """
     check_entropy(entropy)
-    return _stationary_info_jit(entropy, as_array(scores), as_array(T), mask, throw)
+    return call_checked(_stationary_info_jit, entropy, scores, T, mask, throw)
 
 
 @eqx.filter_jit
@@ -308,7 +308,7 @@ def stationary_jacobian(
     **Returns:** $J$ of shape `(*batch, N, N)`.
     """
     check_entropy(entropy)
-    return _jacobian_jit(entropy, as_array(scores), as_array(T), mask)
+    return call_checked(_jacobian_jit, entropy, scores, T, mask)
 
 
 @eqx.filter_jit
