@@ -110,6 +110,9 @@ class AbstractComponentLaw(eqx.Module):
     # The state warm-starts the next evaluation: the solver then refines an inexact S(nu)
     # in place (same nu) instead of stepping on it, which could cycle.
     warm_start: ClassVar[bool] = False
+    # The law's argument: False, $y = G(x) - G(1)$ (zero at weight 1); True, $u = G(x) -
+    # G(0^+)$ (zero at a finite cutoff, see `AbstractCutoffComponentLaw`).
+    from_cutoff: ClassVar[bool] = False
 
     def init(self, y, keep=None):
         """The cold-start state for targets `y` (`keep`: the keys taking part, or None)."""
@@ -124,6 +127,23 @@ class AbstractComponentLaw(eqx.Module):
         """`(x, dx/dy)` as the first evaluation gives it (used for the solver's start)."""
         x, slope, _, _ = self(y, self.init(y), True)
         return x, slope
+
+
+class AbstractCutoffComponentLaw(AbstractComponentLaw):
+    """A component law of a family with a finite cutoff $G(0^+)$, taking $u = G(x) -
+    G(0^+) \\ge 0$ instead of $y = G(x) - G(1)$.
+
+    The solver then measures its multiplier from the top key's cutoff: where many keys share
+    the mass, every weight is far below 1 and its $u$ is tiny, which a multiplier measured
+    from weight 1 can only resolve to the rounding of $G(1) - G(0^+)$ (all-zero rows when
+    the weights' $u$ fall below it), and this gauge resolves to its own relative precision.
+    """
+
+    from_cutoff: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    def target(self, x):
+        """$u = G(x) - G(0^+)$ at weight x > 0, without cancellation."""
 
 
 class ExactComponentLaw(AbstractComponentLaw):

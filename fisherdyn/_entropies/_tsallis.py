@@ -7,7 +7,20 @@ import numpy as np
 
 from .._custom_types import ArrayLike
 from .._misc import concrete_float, real_parameter
-from ._base import AbstractSeparableEntropy, _masked_sum, _safe_log
+from ._base import (
+    AbstractCutoffComponentLaw,
+    AbstractSeparableEntropy,
+    ComponentLawSwitch,
+    ExactComponentLaw,
+    _masked_sum,
+    _safe_log,
+)
+
+# q from which the solver measures the multiplier from the cutoff (`_TsallisCutoffLaw`):
+# a weight x carries about p / x^(q-1) ulps of rounding in the gauge at weight 1 and about p
+# in the cutoff gauge, p = 1/(q-1); nearer q = 1, p is large while x^(q-1) stays near 1 for
+# all but vanishing weights, and the gauge at weight 1 (through log1p) is the more precise.
+_CUTOFF_GAUGE_Q = 1.5
 
 
 class Tsallis(AbstractSeparableEntropy):
@@ -94,3 +107,38 @@ class Tsallis(AbstractSeparableEntropy):
     def _second_order_start(self):
         # near the cutoff (q > 1) the expansion behind the correction is poor
         return jnp.logical_not(self.q > 1)
+
+    def _component_law(self):
+        q = concrete_float(self.q)
+        if q is not None:
+            return _TsallisCutoffLaw(self) if q >= _CUTOFF_GAUGE_Q else ExactComponentLaw(self)
+        if jnp.ndim(self.q) > 0:  # no scalar to switch on
+            return ExactComponentLaw(self)
+        return ComponentLawSwitch(self.q >= _CUTOFF_GAUGE_Q, _TsallisCutoffLaw(self),
+                                  ExactComponentLaw(self))
+
+
+class _TsallisCutoffLaw(AbstractCutoffComponentLaw):
+    r"""Tsallis q > 1 measured from its cutoff $G(0^+) = 0$: $u = G(x) = q x^{q-1}/(q-1)$,
+    $x = b_+^{p}$ with $b = (q-1)u/q$, $p = 1/(q-1)$."""
+
+    entropy: Tsallis
+
+    def target(self, x):
+        return self.entropy.G(x)
+
+    def __call__(self, u, state, cold):
+        q = self.entropy.q
+        b = jnp.maximum((q - 1) * u / q, 0.0)
+        p = concrete_float(1.0 / (q - 1)) if concrete_float(q) is not None else None
+        if p is not None and p == round(p) and 1 <= p <= 4:
+            # integer exponent (q = 2, 3/2): multiplies instead of exp/log
+            p = int(round(p))
+            x = b**p
+            slope = (b > 0).astype(b.dtype) / q if p == 1 else b ** (p - 1) / q
+        else:
+            active = b > 0
+            b_safe = jnp.where(active, b, 1.0)
+            x = jnp.where(active, jnp.exp(jnp.log(b_safe) / (q - 1)), 0.0)
+            slope = jnp.where(active, x / (q * b_safe), 0.0)
+        return x, slope, state, None

@@ -3,9 +3,12 @@
 The componentwise inverse law (the family's `_component_law`) plus one scalar normalization
 root $\\nu$ per row, found by a bracketed (safeguarded) Newton iteration on a Box-Cox
 transform of $S(\\nu) = \\sum_i\\rho_i(\\nu)$. The bracket $[\\max z, \\max z - T\\hat G(1/N)]$
-is exact: at its ends the top weight is 1 and 1/N. The loop carries one scalar per row, so
-each iteration is one fused pass over the scores. Everything family-specific is asked of the
-family (`docs/math.md §2`); nothing here tests its type.
+is exact: at its ends the top weight is 1 and 1/N. A law with a finite cutoff
+(`AbstractCutoffComponentLaw`) is solved for the threshold's distance below the top score
+instead, in units of its value at weight 1/N, so that rows of many near-tied keys (every
+weight far below 1) keep the relative precision of that distance. The loop carries one
+scalar per row, so each iteration is one fused pass over the scores. Everything
+family-specific is asked of the family (`docs/math.md §2`); nothing here tests its type.
 """
 
 from __future__ import annotations
@@ -63,11 +66,15 @@ class _Rows(NamedTuple):
     T: jax.Array
     inv_T: jax.Array
     lam: object
+    unit: jax.Array | None = None  # the multiplier per unit of the solver's nu (None: 1)
+
+    def multiplier(self, nu):
+        return nu if self.unit is None else nu * self.unit
 
     def components(self, nu, aux, cold=False):
         # y = (z - nu)/T as a product: XLA:CPU writes a divided array out as a pass of its
         # own, a multiplied one fuses into its consumers
-        y = jnp.where(self.keep, (self.z - nu) * self.inv_T, 0.0)
+        y = jnp.where(self.keep, (self.z - self.multiplier(nu)) * self.inv_T, 0.0)
         rho, slope, aux, err = self.law(y, aux, cold)
         if err is None:
             inner = jnp.zeros_like(nu)
@@ -78,7 +85,8 @@ class _Rows(NamedTuple):
     def evaluate(self, nu, aux, cold=False):
         rho, slope, aux, inner = self.components(nu, aux, cold)
         S = jnp.sum(rho, -1, keepdims=True)
-        h, dh = _boxcox(S, -jnp.sum(slope, -1, keepdims=True) / self.T, self.lam)
+        dS = -self.multiplier(jnp.sum(slope, -1, keepdims=True)) / self.T
+        h, dh = _boxcox(S, dS, self.lam)
         return h, dh, aux, inner
 
 
@@ -118,9 +126,18 @@ def _start(entropy, rows, n, lo, hi, use_newton, newton_always):
     $\nu = \bar z + hi$ (where $n x = 1$) is still left of the root, far closer than the max
     for dense families; the variance correction (`_spread_shift`) may land right of it."""
     zbar = jnp.sum(rows.z, -1, keepdims=True) / n  # masked entries are 0 here
-    shift = _spread_shift(entropy, rows.z, rows.keep, zbar, n, hi, rows.T, rows.law.cold)
-    jensen = jnp.clip(zbar + hi + shift, lo, hi)
+    hi_m = rows.multiplier(hi)
+    shift = _spread_shift(entropy, rows.z, rows.keep, zbar, n, hi_m, rows.T, rows.law.cold)
+    jensen = zbar + hi_m + shift
+    jensen = jnp.clip(jensen if rows.unit is None else jensen / rows.unit, lo, hi)
     return jensen if newton_always else jnp.where(use_newton, jensen, lo)
+
+
+def _scale(rows, nu):
+    """The size nu is resolved relative to: |nu| + T from weight 1; from a cutoff, |nu|
+    alone (there nu is the threshold's distance below the top score in units of its value
+    at weight 1/n, the only scale of the keys on the support)."""
+    return jnp.abs(nu) if rows.unit is not None else jnp.abs(nu) + rows.T
 
 
 def _root_step(rows, s, use_newton, max_h, tols):
@@ -149,7 +166,7 @@ def _root_step(rows, s, use_newton, max_h, tols):
     secant = lo + h_lo * (hi - lo) / jnp.where(denom > 0, denom, 1.0)
     ok_secant = (denom > 0) & (secant >= lo) & (secant <= hi)
     nu_new = jnp.where(ok_newton, newton, jnp.where(ok_secant, secant, 0.5 * (lo + hi)))
-    small = jnp.abs(nu_new - s.nu) <= 2 * eps * (jnp.abs(s.nu) + T)
+    small = jnp.abs(nu_new - s.nu) <= 2 * eps * _scale(rows, s.nu)
     # a warm-started law whose components are not converged stays at nu and refines them:
     # stepping on an inexact h without a bracket update can cycle
     warm = rows.law.warm_start
@@ -160,7 +177,7 @@ def _root_step(rows, s, use_newton, max_h, tols):
     inner_ok = inner <= inner_tol
     # stop at |h| ~ eps; or when nu no longer moves (float32, ill-conditioned Tsallis q > 2)
     # provided h is already small or the bracket has collapsed to round-off
-    collapsed = (hi - lo) <= 8 * eps * (jnp.abs(nu_new) + T)
+    collapsed = (hi - lo) <= 8 * eps * _scale(rows, nu_new)
     settled = small & ((jnp.abs(h) <= max_h) | collapsed)
     done = s.done | (((jnp.abs(h) <= tol) | settled | collapsed) & inner_ok)
     # predictive stop: after two Newton steps on converged components, Newton's error model
@@ -215,16 +232,31 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, nan_if_unconv
     # work relative to the row maximum, so nu is resolved at the scale of T, not of |z|
     zmax = row_max(z, keep)
     z = jnp.where(keep, z - zmax, 0.0)
-    rows = _Rows(law, z, keep, T, 1.0 / T, entropy._normalization_power())
-    lo = jnp.zeros_like(zmax)
-    hi = jnp.maximum(-T * entropy.G_shifted(1.0 / n), lo)
+    if law.from_cutoff:
+        # nu measured from the top key's cutoff, in units of the top key's distance from it
+        # at weight 1/n (nu = -1): a row of many near-tied keys has its root within that
+        # distance of the cutoff, which a nu measured from weight 1 resolves only to the
+        # rounding of G(1) - G(0+) (and rounds onto the cutoff itself, all weights 0, once
+        # the distance is below it), and which in score units can be too small for
+        # differences to stay normal numbers
+        unit = T * law.target(1.0 / n)
+        hi = -jnp.ones_like(unit)
+        lo = jnp.minimum(-T * law.target(jnp.ones((), dtype)) / unit, hi)
+    else:
+        unit = None
+        lo = jnp.zeros_like(zmax)
+        hi = jnp.maximum(-T * entropy.G_shifted(1.0 / n), lo)
+    rows = _Rows(law, z, keep, T, 1.0 / T, entropy._normalization_power(), unit)
+    # the multiplier of the gauge at weight 1 (what `nu0` and the result hold) at nu = 0
+    nu1 = 0.0 if unit is None else T * law.target(jnp.ones((), dtype))
     use_newton = entropy._normalization_newton()
     newton_always = use_newton is True
     if nu0 is None:
         nu = _start(entropy, rows, n, lo, hi, use_newton, newton_always)
     else:
-        nu = jnp.clip(jnp.broadcast_to(nu0 - zmax, lo.shape), lo, hi)
-    aux0 = law.init((z - nu) * rows.inv_T, keep)
+        nu = nu0 - zmax - nu1
+        nu = jnp.clip(jnp.broadcast_to(nu if unit is None else nu / unit, lo.shape), lo, hi)
+    aux0 = law.init((z - rows.multiplier(nu)) * rows.inv_T, keep)
     h, dh, aux, inner = rows.evaluate(nu, aux0, cold=True)
     if newton_always:
         h_hi = jnp.full_like(nu, jnp.nan)  # unknown until the iteration lands right of the root
@@ -239,18 +271,23 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, nan_if_unconv
         state,
     )
     rho, slope, _, _ = rows.components(out.nu, out.aux)
+    S = jnp.sum(rho, -1, keepdims=True)
+    normalized = jnp.logical_not(use_newton)
     if use_newton is not True:
-        # Tsallis q > 2 at large T: the weights are b^p with b = 1 + (q-1) y/q near 0, so one
-        # ulp of nu moves the sum by more than eps and no nu sums to 1 at round-off; the
+        # Tsallis q > 2: keys enter the support with infinite slope (x ~ u^p, p < 1), so one
+        # ulp of nu can move the sum by more than eps and no nu sums to 1 at round-off; the
         # root's last rounding is removed by normalizing
-        S = jnp.sum(rho, -1, keepdims=True)
-        rho = jnp.where(use_newton | ~(S > 0), rho, rho / jnp.where(S > 0, S, 1.0))
+        rho = jnp.where(normalized & (S > 0), rho / jnp.where(S > 0, S, 1.0), rho)
     if nan_if_unconverged:
         # a row still unconverged after max_iter is reported, not returned as if solved;
         # one whose sum is at round-off passes (a component-residual floor above inner_tol
-        # on deep tails can keep `done` unset although the weights are right)
-        rho = jnp.where(out.done | (jnp.abs(out.h) <= 64 * tol) | ~keep, rho, jnp.nan)
-    return rho, out.nu + zmax, slope
+        # on deep tails can keep `done` unset although the weights are right). A row whose
+        # weights do not sum to 1 (all zero: a root below the dtype's smallest number) is
+        # reported too, whatever stopped its iteration.
+        converged = out.done | (jnp.abs(out.h) <= 64 * tol)
+        sums = (S > 0) & jnp.isfinite(S) & (normalized | (jnp.abs(S - 1) <= jnp.sqrt(eps)))
+        rho = jnp.where((converged & sums) | ~keep, rho, jnp.nan)
+    return rho, rows.multiplier(out.nu) + nu1 + zmax, slope
 
 
 def in_row_blocks(fn, z, keep, T, block_bytes):
