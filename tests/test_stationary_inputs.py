@@ -171,6 +171,15 @@ def test_traced_bad_inputs_raise_at_run_time_with_the_reason():
         jax.block_until_ready(f(jnp.asarray(Z3), 0.0))
     with pytest.raises(Exception, match=r"scores contain NaN or \+inf: mask"):
         jax.block_until_ready(f(jnp.asarray(Z3).at[0].set(jnp.nan), 1.0))
+    # an eager vmap or grad runs the program at once: a ValueError, without the count
+    bad = jnp.asarray(Z3).at[1].set(jnp.nan)
+    for fn, z in ((jax.vmap(lambda z: fd.stationary(fd.Tsallis(0.5), z, 1.0)), bad[None]),
+                  (jax.grad(lambda z: fd.stationary(fd.Shannon(), z, 1.0)[0]), bad)):
+        with pytest.raises(ValueError, match=r"^scores contain NaN or \+inf: mask"):
+            fn(z)
+    with pytest.raises(ValueError, match="^T must be finite and > 0"):
+        jax.vmap(lambda T: fd.stationary(fd.Tsallis(0.5), jnp.asarray(Z3), T))(
+            jnp.array([1.0, 0.0]))
     batch = jnp.asarray(np.stack([Z3, Z3[::-1]]))
     rho = jax.vmap(lambda z: fd.stationary(fd.Shannon(), z, 0.5))(batch)
     np.testing.assert_allclose(rho, jax.nn.softmax(batch / 0.5), rtol=0, atol=1e-15)

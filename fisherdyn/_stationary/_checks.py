@@ -33,8 +33,14 @@ def call_checked(jitted, entropy, scores, T, mask, *rest, axis: int = -1):
     try:
         return jitted(entropy, scores, T, mask, *rest)
     except eqx.EquinoxRuntimeError as e:
-        if f"EquinoxRuntimeError: {SCORES_MESSAGE.format(count='')}\n" not in str(e):
+        # (also raised here by an eager vmap or grad, whose inputs are tracers)
+        text = str(e)
+        if f"EquinoxRuntimeError: {T_MESSAGE}\n" in text:
+            raise ValueError(T_MESSAGE) from None
+        if f"EquinoxRuntimeError: {SCORES_MESSAGE.format(count='')}\n" not in text:
             raise
+        if not is_concrete((scores, mask)):
+            raise ValueError(SCORES_MESSAGE.format(count="")) from None
         raise ValueError(_scores_message(scores, mask)) from None
 
 
