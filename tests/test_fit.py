@@ -180,3 +180,33 @@ def test_stiff_inertial_fit_nests_in_the_overdamped_one(data):
     assert np.all(np.asarray(stiff.loss) <= np.asarray(over.loss) * (1 + 1e-6))
     with pytest.raises(ValueError, match="solver"):
         fd.fit_path(paths, fd.Shannon, solver="euler", **kw)
+
+
+def test_fit_program_compiles_without_xla_log_noise():
+    """One path (no batch axes) fitted from two restarts: the restarts' copies of its data
+    were a broadcast XLA's algebraic simplifier looped on (it printed a page of "circular
+    simplification loop" lines to stderr per fit). Run in a fresh interpreter, so that the
+    program is compiled here and stderr is the process's own."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import numpy as np, fisherdyn as fd\n"
+        "times = np.linspace(0.0, 4.0, 9)\n"
+        "z = np.array([1.2, 0.3, -0.5, 0.8, -1.1])\n"
+        "path = fd.simulate(fd.Shannon(), z, 1.0, mass=0.0, damping=1.0, saveat=times,\n"
+        "                   t1=times[-1]).rho\n"
+        "fit = fd.fit_path(np.asarray(path), fd.Shannon, scores=z, times=times,\n"
+        "                  overdamped=True, restarts=2, steps=2)\n"
+        "print(float(fit.loss))\n"
+    )
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get(
+        "PYTHONPATH")])))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert np.isfinite(float(out.stdout.split()[-1]))
+    assert "circular simplification loop" not in out.stderr, out.stderr[:2000]

@@ -169,7 +169,9 @@ def fit_program(family_index, overdamped, data: FitData, inits, predict_times,
     # program twice (tracing time)
     n_paths, restarts = inits.shape[:2]
     rep = lambda x: jnp.repeat(x, restarts, axis=0)  # noqa: E731
-    flat = jax.tree_util.tree_map(rep, data)
+    # the barrier hides that the restarts' copies of one path are a broadcast, on which
+    # XLA's algebraic simplifier loops (a page of warnings on stderr per compilation)
+    flat = jax.lax.optimization_barrier(jax.tree_util.tree_map(rep, data))
     ps, losses, a, b, ok = jax.vmap(one_restart)(inits.reshape((-1,) + inits.shape[2:]), flat)
     losses = losses.reshape(n_paths, restarts)
     best = jnp.argmin(losses, -1) + restarts * jnp.arange(n_paths)
