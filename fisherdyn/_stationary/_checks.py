@@ -4,6 +4,7 @@ masks, empty rows."""
 from __future__ import annotations
 
 import functools
+import math
 
 import equinox as eqx
 import jax
@@ -28,8 +29,8 @@ def call_checked(jitted, entropy, scores, T, mask, *rest, axis: int = -1):
     (Equinox's `filter_jit` blocks on it), so a failed check is turned into the same
     `ValueError` here at no cost, where a separate pass before the call would read every
     score twice."""
-    scores, T = as_array(scores), as_array(T)
     check_concrete(scores, T, mask, axis, scan_scores=False)
+    scores, T = as_array(scores), as_array(T)
     try:
         return jitted(entropy, scores, T, mask, *rest)
     except eqx.EquinoxRuntimeError as e:
@@ -167,7 +168,9 @@ def check_concrete(
     T is read on the host (it is small). The scores are read on their device, one
     reduction and one boolean to the host: a pass over them, for entry points whose own
     program does not check them (`call_checked` is free for those that do)."""
-    if is_concrete(T):
+    if isinstance(T, (int, float)) and T > 0 and math.isfinite(T):
+        pass  # the common case, without a trip through NumPy
+    elif is_concrete(T):
         values = np.asarray(T).astype(float).ravel()
         bad = values[~(values > 0) | ~np.isfinite(values)]
         if bad.size:
