@@ -24,7 +24,8 @@ import signal
 import sys
 import threading
 
-from . import _options, _stationary_cmd
+from .._optional import MissingExtra
+from . import _extras, _options, _stationary_cmd
 
 __all__ = ["main", "build_parser"]
 
@@ -121,9 +122,9 @@ def _glue_negative_vectors(argv):
 
 def main(argv=None) -> int:
     """Parse `argv` (default `sys.argv[1:]`), run the subcommand, return its exit status:
-    that of the subcommand; 2 for a usage error; 130 after Ctrl-C; 141 when the reader of
-    the output has gone (`fisherdyn simulate --json | head`), as for a process ended by
-    SIGPIPE."""
+    that of the subcommand; 2 for a usage error or a missing optional package (one line
+    naming the extra to install); 130 after Ctrl-C; 141 when the reader of the output has
+    gone (`fisherdyn simulate --json | head`), as for a process ended by SIGPIPE."""
     program = argv is None  # the `fisherdyn` command itself, not a caller in Python
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
@@ -136,6 +137,10 @@ def main(argv=None) -> int:
         code = _dispatch(argv)
         sys.stdout.flush()  # a closed pipe shows here, not at exit
         return code
+    except MissingExtra as e:  # an optional package: what to install, not a traceback
+        print(f"fisherdyn{' ' + command if command in _COMMANDS else ''}: error: {e}",
+              file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # a caller's main([...]) keeps Python's Ctrl-C
         print(interrupted, file=sys.stderr)
         return 130
@@ -218,6 +223,7 @@ def _dispatch(argv) -> int:
     if args.command == "sweep":
         _options.check_sweep(args, args._parser)
     _options.check_outputs(args, args._parser)
+    _extras.check_extras(args)
     if args.command == "sweep":
         # Equinox's runtime checks as NaN instead of a host callback, which JAX never
         # writes to the persistent cache; a sweep records failures by result code anyway.

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
+from .._optional import require
+
+matplotlib = require("matplotlib", extra="cli", what="fisherdyn's figures")
 matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 
 __all__ = ["run_figures", "simulate_figure"]
 

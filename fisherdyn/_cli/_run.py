@@ -81,7 +81,9 @@ def _run_jobs(table_families, families, z, T, mass, workers, cache):
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from tqdm import tqdm
+    from .._optional import require
+
+    tqdm = require("tqdm", extra="cli", what="fisherdyn run").tqdm
 
     n = len(table_families) + len(families)
     bar = tqdm(total=n, desc="fisherdyn run", unit="job", file=sys.stderr, disable=None,

@@ -97,7 +97,10 @@ def _arrays(report, z) -> dict:
 
 def _dataset(arrays, options, names):
     import numpy as np
-    import xarray as xr
+
+    from .._optional import require
+
+    xr = require("xarray", extra="cli", what="simulate --save .nc")
 
     codes = sorted(names["results"].items(), key=lambda kv: int(kv[0]))
     result = int(arrays["result"])

@@ -19,6 +19,7 @@ import numpy as np
 
 from .._custom_types import Array, ArrayLike, Bool, Float, Int, RealScalarLike, Scores, Temperature
 from .._entropies import AbstractEntropy
+from .._optional import require
 from .._results import RESULTS, result_name
 from ._batching import run
 from ._coordinates import AbstractCoordinates, as_coordinates
@@ -95,7 +96,10 @@ def term(coords: AbstractCoordinates, overdamped: bool) -> diffrax.ODETerm:
 
 
 def meter(progress: bool) -> diffrax.AbstractProgressMeter:
-    return diffrax.TqdmProgressMeter() if progress else diffrax.NoProgressMeter()
+    if not progress:
+        return diffrax.NoProgressMeter()
+    require("tqdm", extra="progress", what="progress=True")  # Diffrax's bar is tqdm's
+    return diffrax.TqdmProgressMeter()
 
 
 def trajectory(sol, y0, system, coords: AbstractCoordinates, overdamped, result) -> Trajectory:
@@ -242,8 +246,9 @@ def simulate(
       state (discretise-then-optimise: the derivative of the computed solution, with the
       step sizes it chose). Forward mode (`jax.jvp`, `jax.jacfwd`) needs
       `adjoint=diffrax.ForwardMode()`, which in turn cannot be reverse-differentiated.
-    - `max_steps`: static step budget (finite, as the checkpointed adjoint needs). `throw`: raise on a failed solve (max_steps, ...); a
-      boundary event is a result, not an error. `progress`: show Diffrax's tqdm meter.
+    - `max_steps`: static step budget (finite, as the checkpointed adjoint needs). `throw`:
+      raise on a failed solve (max_steps, ...); a boundary event is a result, not an error.
+      `progress`: show Diffrax's tqdm meter (the `progress` extra).
 
     **Returns:**
 

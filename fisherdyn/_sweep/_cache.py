@@ -19,8 +19,9 @@ def compilation_cache_dir() -> Path | None:
     root = os.environ.get("FISHERDYN_CACHE")
     if root:
         return Path(root).expanduser() / "jax"
-    import platformdirs
+    from .._optional import require
 
+    platformdirs = require("platformdirs", extra="sweep", what="the compilation cache")
     return Path(platformdirs.user_cache_dir("fisherdyn")) / "jax"
 
 

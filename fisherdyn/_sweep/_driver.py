@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._optional import require, require_all
 from ._spec import DEFAULT_CHUNK_SIZE, Chunk, SweepSpec, block_shape, chunks, load_spec
 from ._store import committed_chunks, create_store, open_store, wait_for_store, write_chunk
 
@@ -121,8 +122,9 @@ def sweep(
 
     Problems run in chunks, each one batched call of `fisherdyn.relax` (split over the
     local devices when there are several) and committed atomically; a run started again
-    on the same store computes only the chunks not yet committed. Several processes
-    (`jax.distributed`) share the chunks, chunk $i$ going to process $i \\bmod P$.
+    on the same store computes only the chunks not yet committed. Needs the `sweep` extra
+    (`pip install "fisherdyn[sweep]"`). Several processes (`jax.distributed`) share the
+    chunks, chunk $i$ going to process $i \\bmod P$.
 
     **Arguments:**
     - `spec`: a `SweepSpec`, a dict of the TOML table, or the path of a TOML file.
@@ -142,6 +144,9 @@ def sweep(
     """
     import jax
 
+    # before any work: a missing package is one line, not a traceback after the last chunk
+    require_all(["xarray", "zarr", "tqdm"] + (["matplotlib"] if figure and not dry_run else []),
+                extra="sweep", what="fisherdyn.sweep")
     spec, spec_toml = load_spec(spec)
     store = Path(store)
     pid = jax.process_index() if process_id is None else int(process_id)
@@ -185,9 +190,9 @@ def _compute(spec, group, todo, padded, progress, *, initial, total):
     writer thread while the next one computes."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tqdm import tqdm
-
     from ._engine import compute_chunk
+
+    tqdm = require("tqdm", extra="sweep", what="fisherdyn.sweep").tqdm
 
     bar = tqdm(
         total=total,
@@ -212,8 +217,7 @@ def _compute(spec, group, todo, padded, progress, *, initial, total):
 
 
 def _finish(store, figure, progress):
-    import xarray as xr
-
+    xr = require("xarray", extra="sweep", what="fisherdyn.sweep")
     ds = xr.open_zarr(str(store))
     line = failure_summary(ds["result"].values)
     missing = int(np.sum(ds["committed"].values == 0))

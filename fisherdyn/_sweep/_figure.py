@@ -14,8 +14,9 @@ __all__ = ["summary_figure"]
 def summary_figure(ds, path: Path) -> Path:
     """Write the figure: colour = median `t_converge` over seeds and N of the successful
     problems, text = median damping ratio (`inf` for the overdamped flow)."""
-    import matplotlib
+    from .._optional import require
 
+    matplotlib = require("matplotlib", extra="sweep", what="the sweep's summary figure")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -64,9 +64,10 @@ def _versions() -> dict[str, str]:
 
 
 def _template(spec: SweepSpec, spec_toml: str, chunk_size: int, block):
-    import xarray as xr
-
+    from .._optional import require
     from ._engine import VARIABLES
+
+    xr = require("xarray", extra="sweep", what="fisherdyn.sweep")
 
     shape = spec.shape
     zchunks = (1, block[0], 1, block[1], 1, block[2])
@@ -119,8 +120,9 @@ def _check_matches(attrs, spec: SweepSpec, chunk_size: int | None, path: Path) -
 
 def open_store(path: Path, spec: SweepSpec, chunk_size: int | None):
     """The Zarr group of an existing store holding this sweep, and its chunk size."""
-    import zarr
+    from .._optional import require
 
+    zarr = require("zarr", extra="sweep", what="fisherdyn.sweep")
     try:
         group = zarr.open_group(str(path), mode="r+")
     except Exception:  # not a Zarr group at all
