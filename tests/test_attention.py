@@ -72,13 +72,13 @@ def test_mask_equals_deleting_keys(entropy):
     keep = np.arange(NK) != drop
 
     def masked(k, v):
-        out = fd.attention(Q[0], k, v, entropy, 1.3, jnp.asarray(mask))
+        out = fd.attention(Q[0], k, v, entropy=entropy, T=1.3, mask=jnp.asarray(mask))
         return jnp.sum(jnp.sin(out)), out
 
     (_, out), (gk, gv) = jax.jit(jax.value_and_grad(masked, argnums=(0, 1), has_aux=True))(
         K[0], V[0]
     )
-    ref = jax.jit(lambda k, v: fd.attention(Q[0], k, v, entropy, 1.3))(K[0][keep], V[0][keep])
+    ref = jax.jit(lambda k, v: fd.attention(Q[0], k, v, entropy=entropy, T=1.3))(K[0][keep], V[0][keep])
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=0, atol=1e-12)
     assert np.all(np.asarray(gk)[drop] == 0.0) and np.all(np.asarray(gv)[drop] == 0.0)
 
@@ -90,7 +90,7 @@ def test_tsallis2_is_sparsemax_attention():
     z = Q @ np.swapaxes(K, -1, -2)
     ref_w = sparsemax(z / (2 * T))
     assert np.any(ref_w == 0.0)  # the check exercises a sparse support
-    out = jax.jit(lambda q, k, v: fd.attention(q, k, v, fd.Tsallis(2.0), T=T))(Q, K, V)
+    out = jax.jit(lambda q, k, v: fd.attention(q, k, v, entropy=fd.Tsallis(2.0), T=T))(Q, K, V)
     np.testing.assert_allclose(np.asarray(out), ref_w @ V, rtol=0, atol=1e-12)
 
 
@@ -106,7 +106,7 @@ def test_gradients_match_finite_differences(entropy):
 
     @jax.jit
     def loss(q, k, v):
-        return jnp.sum(W * fd.attention(q, k, v, entropy, T))
+        return jnp.sum(W * fd.attention(q, k, v, entropy=entropy, T=T))
 
     grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(Q, K, V)
     h = 1e-5
@@ -130,9 +130,10 @@ def test_gradients_match_finite_differences(entropy):
 def test_jit_and_vmap_agree_with_batched_call():
     # Reference: the batched eager call itself (batch axes are independent). Tolerance 1e-14.
     ent = fd.Kaniadakis(0.3)
-    both = jax.jit(lambda q, k, v: (fd.attention(q, k, v, ent), fd.attention_weights(q, k, ent)))
+    both = jax.jit(lambda q, k, v: (fd.attention(q, k, v, entropy=ent),
+                                             fd.attention_weights(q, k, entropy=ent)))
     batched, w = both(Q, K, V)
-    mapped = jax.jit(jax.vmap(lambda q, k, v: fd.attention(q, k, v, ent)))(Q, K, V)
+    mapped = jax.jit(jax.vmap(lambda q, k, v: fd.attention(q, k, v, entropy=ent)))(Q, K, V)
     np.testing.assert_allclose(np.asarray(mapped), np.asarray(batched), rtol=0, atol=1e-14)
     np.testing.assert_allclose(np.asarray(w.sum(-1)), 1.0, rtol=0, atol=1e-13)
 
@@ -154,5 +155,31 @@ def test_per_head_temperature_when_heads_equal_queries():
     k = rng.normal(size=(H, 6, 4))
     T = np.array([0.5, 1.0, 2.0])[:, None]
     ref = jax.nn.softmax(np.einsum("hqd,hkd->hqk", q, k) / T[..., None], axis=-1)
-    w = fd.attention_weights(q, k, fd.Shannon(), T=T)
+    w = fd.attention_weights(q, k, entropy=fd.Shannon(), T=T)
     np.testing.assert_allclose(w, ref, rtol=0, atol=1e-14)
+
+
+def test_bias_is_added_to_the_scores():
+    """`bias` is an additive score bias: Shannon attention with it is softmax((q k^T + b) / T)
+    (reference: NumPy, hand-written), a -inf bias entry masks its key exactly as `mask` does,
+    and a bias of Flax's logits units (b_F = b / sqrt(d_k)) reproduces Flax's softmax of
+    q k^T / sqrt(d_k) + b_F. Tolerance 1e-12 (float64 round-off)."""
+    b = RNG.normal(size=(H, NQ, NK))
+    out = fd.attention(Q, K, V, T=0.9, bias=jnp.asarray(b))
+    s = (Q @ np.swapaxes(K, -1, -2) + b) / 0.9
+    w = np.exp(s - s.max(-1, keepdims=True))
+    ref = (w / w.sum(-1, keepdims=True)) @ V
+    np.testing.assert_allclose(np.asarray(out), ref, rtol=0, atol=1e-12)
+    mask = RNG.random((H, NQ, NK)) < 0.6
+    mask[..., 0] = True
+    additive = jnp.asarray(np.where(mask, 0.0, -np.inf))
+    for entropy in (fd.Shannon(), fd.Tsallis(1.5)):
+        by_bias = fd.attention_weights(Q, K, entropy=entropy, bias=additive)
+        by_mask = fd.attention_weights(Q, K, entropy=entropy, mask=jnp.asarray(mask))
+        np.testing.assert_allclose(np.asarray(by_bias), np.asarray(by_mask), rtol=0, atol=1e-12)
+    b_flax = b[0] / math.sqrt(DK)  # a broadcast (n_q, n_k) bias
+    flax_logits = Q / math.sqrt(DK) @ np.swapaxes(K, -1, -2) + b_flax
+    w = np.exp(flax_logits - flax_logits.max(-1, keepdims=True))
+    np.testing.assert_allclose(
+        np.asarray(fd.attention_weights(Q, K, bias=jnp.asarray(b[0]))),
+        w / w.sum(-1, keepdims=True), rtol=0, atol=1e-12)

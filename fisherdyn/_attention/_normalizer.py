@@ -13,6 +13,7 @@ import math
 import equinox as eqx
 import jax.numpy as jnp
 
+from .._custom_types import Array, ArrayLike, Bool, Float, Temperature
 from .._entropies import AbstractEntropy, Shannon
 from .._stationary import stationary
 
@@ -23,8 +24,16 @@ def _default_T(d_k: int) -> float:
     return math.sqrt(d_k)
 
 
-def attention_weights(q, k, entropy: AbstractEntropy = Shannon(), T=None, mask=None):
-    """The attention weights $\\rho = \\mathrm{stationary}(S, q k^T, T)$.
+def attention_weights(
+    q: Float[ArrayLike, "*#batch n_q d_k"],
+    k: Float[ArrayLike, "*#batch n_k d_k"],
+    *,
+    entropy: AbstractEntropy = Shannon(),
+    T: Temperature | None = None,
+    mask: Bool[ArrayLike, "*#batch n_q n_k"] | None = None,
+    bias: Float[ArrayLike, "*#batch n_q n_k"] | None = None,
+) -> Float[Array, "*batch n_q n_k"]:
+    """The attention weights $\\rho = \\mathrm{stationary}(S, q k^T + b, T)$.
 
     **Arguments:**
     - `q`: queries, shape `(..., n_q, d_k)`.
@@ -34,6 +43,10 @@ def attention_weights(q, k, entropy: AbstractEntropy = Shannon(), T=None, mask=N
       array broadcastable to the score batch shape `(..., n_q)`, e.g. `(heads, 1)` per head.
     - `mask`: boolean, broadcastable to `(..., n_q, n_k)`, True = attend. Masked keys get
       exactly zero weight and zero gradient; an all-masked row gives a zero row.
+    - `bias`: an additive score bias $b$, broadcastable to `(..., n_q, n_k)`, added to the
+      scores $q k^T$ before the normalizer, in their units (Flax's `bias` $b_F$, added to the
+      logits $q k^T/\\sqrt{d_k}$, is $b = \\sqrt{d_k}\\,b_F$ here); `-inf` entries are
+      masked keys.
 
     **Returns:** $\\rho$ of shape `(..., n_q, n_k)`; every unmasked row sums to 1.
     """
@@ -50,30 +63,41 @@ def attention_weights(q, k, entropy: AbstractEntropy = Shannon(), T=None, mask=N
         # explicitly, so that `stationary` never reads a per-head T as one per query
         T = jnp.asarray(T)[..., None]
     scores = jnp.einsum("...qd,...kd->...qk", q, k)
+    if bias is not None:
+        scores = scores + jnp.asarray(bias, scores.dtype)
     if mask is not None:
         mask = jnp.broadcast_to(jnp.asarray(mask), scores.shape)
     return stationary(entropy, scores, T, mask=mask)
 
 
-def attention(q, k, v, entropy: AbstractEntropy = Shannon(), T=None, mask=None):
+def attention(
+    q: Float[ArrayLike, "*#batch n_q d_k"],
+    k: Float[ArrayLike, "*#batch n_k d_k"],
+    v: Float[ArrayLike, "*#batch n_k d_v"],
+    *,
+    entropy: AbstractEntropy = Shannon(),
+    T: Temperature | None = None,
+    mask: Bool[ArrayLike, "*#batch n_q n_k"] | None = None,
+    bias: Float[ArrayLike, "*#batch n_q n_k"] | None = None,
+) -> Float[Array, "*batch n_q d_v"]:
     """Dot-product attention normalized by an entropy family's stationary map.
 
-    $\\mathrm{out} = \\rho\\,v$ with $\\rho = \\mathrm{stationary}(S, q k^T, T)$; with
-    `Shannon()` and `T=None` this is exactly `softmax(q k^T / sqrt(d_k)) v`. Usable as a
+    $\\mathrm{out} = \\rho\\,v$ with $\\rho = \\mathrm{stationary}(S, q k^T + b, T)$; with
+    `Shannon()` and `T=None` this is exactly `softmax((q k^T + b) / sqrt(d_k)) v`. Usable as a
     plain function inside equinox/flax modules (jit, vmap, grad; the Jacobian of the
     normalizer is the exact one of docs/math.md §3). Put heads in the leading batch axes,
     e.g. `(batch, heads, seq, d_k)`.
 
     **Arguments:**
     - `q`: `(..., n_q, d_k)`; `k`: `(..., n_k, d_k)`; `v`: `(..., n_k, d_v)`.
-    - `entropy`, `T`, `mask`: as in `attention_weights`.
+    - `entropy`, `T`, `mask`, `bias` (keyword only): as in `attention_weights`.
 
     **Returns:** `(..., n_q, d_v)`. Rows whose keys are all masked return zeros.
     """
     v = jnp.asarray(v)
     if v.ndim < 2 or v.shape[-2] != jnp.shape(k)[-2]:
         raise ValueError(f"v needs shape (..., n_k, d_v) with n_k = {jnp.shape(k)[-2]}")
-    w = attention_weights(q, k, entropy, T, mask)
+    w = attention_weights(q, k, entropy=entropy, T=T, mask=mask, bias=bias)
     return jnp.einsum("...qk,...kd->...qd", w, v.astype(w.dtype))
 
 
