@@ -15,6 +15,12 @@ For Shannon at T = 1 this is the softmax cross-entropy minus the target's entrop
 Tsallis(alpha) at T = 1/alpha it is the alpha-entmax loss of Peters, Niculae, Martins (2019),
 whose practitioner names `sparsemax`, `entmax15`, `entmax` and their losses are below, with the
 `entmax` package's meaning of alpha.
+
+Their signatures follow one rule: a loss takes its normalizer's arguments with the target
+inserted after the scores, `fenchel_young_loss(entropy, scores, target, T)` beside
+`stationary(entropy, scores, T)`, `entmax_loss(scores, target, alpha)` beside
+`entmax(scores, alpha)` (the `entmax` package's order); the key `axis` and the `mask` are
+keyword only everywhere.
 """
 
 from __future__ import annotations
@@ -206,22 +212,24 @@ def _alpha_parts(alpha):
     return None, Tsallis(safe), 1.0 / safe
 
 
-def sparsemax(scores: Scores, axis: int = -1, *, mask: Mask | None = None) -> Weights:
+def sparsemax(scores: Scores, *, axis: int = -1, mask: Mask | None = None) -> Weights:
     """Sparsemax (Martins & Astudillo 2016), the Euclidean projection onto the simplex:
     `stationary(Tsallis(2), z, T=1/2)`, equal to `entmax.sparsemax`.
 
-    **Arguments:** `scores`, the key `axis`, and an optional boolean `mask` (True = keep).
+    **Arguments:** `scores`; keyword only, the key `axis` and an optional boolean `mask`
+    (True = keep).
 
     **Returns:** the weights, the shape of `scores`.
     """
     return stationary(Tsallis(2.0), scores, 0.5, mask=mask, axis=axis)
 
 
-def entmax15(scores: Scores, axis: int = -1, *, mask: Mask | None = None) -> Weights:
+def entmax15(scores: Scores, *, axis: int = -1, mask: Mask | None = None) -> Weights:
     """1.5-entmax (Peters, Niculae, Martins 2019): `stationary(Tsallis(1.5), z, T=2/3)`,
     equal to `entmax.entmax15`.
 
-    **Arguments:** `scores`, the key `axis`, and an optional boolean `mask` (True = keep).
+    **Arguments:** `scores`; keyword only, the key `axis` and an optional boolean `mask`
+    (True = keep).
 
     **Returns:** the weights, the shape of `scores`.
     """
@@ -229,7 +237,7 @@ def entmax15(scores: Scores, axis: int = -1, *, mask: Mask | None = None) -> Wei
 
 
 def entmax(
-    scores: Scores, alpha: ArrayLike, axis: int = -1, *, mask: Mask | None = None
+    scores: Scores, alpha: ArrayLike, *, axis: int = -1, mask: Mask | None = None
 ) -> Weights:
     """alpha-entmax with the `entmax` package's meaning of alpha (`entmax.entmax_bisect`):
     $\\mathrm{argmax}_\\rho \\langle z, \\rho\\rangle + H^T_\\alpha(\\rho)$, which is
@@ -239,7 +247,8 @@ def entmax(
     a traced alpha; alpha = 2 is sparsemax. 0 < alpha < 1 gives the dense Tsallis maps.
 
     **Arguments:** `scores`; `alpha > 0`, a scalar (a Python float or a 0-d array, which is
-    then differentiable); the key `axis`; an optional boolean `mask` (True = keep).
+    then differentiable); keyword only, the key `axis` and an optional boolean `mask`
+    (True = keep).
 
     **Returns:** the weights, the shape of `scores`.
     """
