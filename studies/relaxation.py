@@ -70,7 +70,7 @@ def main(argv=None):
                          rho0=jnp.asarray(rho0), t1=jnp.asarray(t1), saveat=n_save,
                          rtol=1e-10, atol=1e-13)
         ts, rho, H, lam = (np.asarray(a) for a in (tr.ts, tr.rho, tr.energy, tr.lam))
-        F_star = float(fd.free_energy(e, jnp.asarray(rho_st), jnp.asarray(z), T))
+        F_star = float(fd.free_energy(e, jnp.asarray(z), jnp.asarray(rho_st), T))
         res = dict(t_show=10 / np.array(slow[:3]), rho_star=rho_st, omega2=w2,
                    boundary=np.asarray(sp0.boundary), gammas=gammas, gamma_modes=g_modes,
                    regimes={})

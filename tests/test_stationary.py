@@ -60,7 +60,7 @@ def test_matches_mpmath_reference(spec, case):
     record("|rho - mpmath|", err)
     assert err <= 1e-12
     assert rho.dtype == np.float64
-    F = float(fd.free_energy(make(spec), jnp.asarray(rho), jnp.asarray(z), T))
+    F = float(fd.free_energy(make(spec), jnp.asarray(z), jnp.asarray(rho), T))
     record("|F - mpmath F|", abs(F - float(F_ref)))
     assert abs(F - float(F_ref)) <= 1e-12 * (1 + abs(float(F_ref)))
 
@@ -278,7 +278,7 @@ def test_bad_inputs_raise():
         fd.stationary(fd.Shannon(), np.zeros((2, 0)))
     # free_energy: defined off the simplex (finite here), but not for negative / NaN weights
     rho_off = np.array([0.2, 0.3, 0.6] + [0.0] * (len(Z_A) - 3))
-    assert np.isfinite(float(fd.free_energy(fd.Shannon(), rho_off, z, 1.0)))
+    assert np.isfinite(float(fd.free_energy(fd.Shannon(), z, rho_off, 1.0)))
     for bad_rho in (rho_off * np.r_[1.0, -1.0, np.ones(len(Z_A) - 2)], rho_off * np.nan):
         with pytest.raises(Exception, match="rho >= 0"):
-            jax.block_until_ready(fd.free_energy(fd.Shannon(), bad_rho, z, 1.0))
+            jax.block_until_ready(fd.free_energy(fd.Shannon(), z, bad_rho, 1.0))

@@ -28,9 +28,9 @@ def test_T_broadcasts_like_softmax(T):
     e = fd.Kaniadakis(0.3)
     assert fd.stationary_info(e, Z, T).rho.shape == Z.shape
     assert fd.stationary_jacobian(e, Z, T).shape == (3, 5, 5)
-    F = fd.free_energy(fd.Shannon(), rho, Z, T)
+    F = fd.free_energy(fd.Shannon(), Z, rho, T)
     assert F.shape == (3,)
-    F_rows = [fd.free_energy(fd.Shannon(), rho[i], Z[i], TS[i]) for i in range(3)]
+    F_rows = [fd.free_energy(fd.Shannon(), Z[i], rho[i], TS[i]) for i in range(3)]
     np.testing.assert_allclose(F, F_rows, rtol=1e-14)
 
 

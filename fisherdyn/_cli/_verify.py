@@ -97,7 +97,7 @@ def check_family(entropy, scores, T: float, mass: float) -> FamilyCheck:
             )
         )
         paths.append(dict(ts=ts, rho=path_rho, energy=np.asarray(sol.path.energy)))
-    free_energy = float(fd.free_energy(entropy, st, z, T))
+    free_energy = float(fd.free_energy(entropy, z, st, T))
     return FamilyCheck(label, rows, paths, st, free_energy)
 
 

@@ -19,7 +19,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._custom_types import Array, Float, Mask, Scores, Temperature, Weights
+from .._custom_types import Array, ArrayLike, Float, Mask, Scores, Temperature, Weights
 from .._entropies import AbstractEntropy
 from .._misc import check_entropy, param_jvp
 from .._results import RESULTS
@@ -341,16 +341,16 @@ def _jacobian_jit(entropy, scores, T, mask):
 
 def free_energy(
     entropy: AbstractEntropy,
-    rho: Float[Array, "*batch N"],
     scores: Scores,
+    rho: Float[ArrayLike, "*#batch N"],
     T: Temperature = 1.0,
     *,
     mask: Mask | None = None,
 ) -> Float[Array, "*batch"]:
     """$F(\\rho) = \\sum_i \\rho_i E_i - T S(\\rho)$ with $E_i = -z_i$ (last axis = keys).
 
-    **Arguments:** `entropy`; weights `rho >= 0` (off the simplex too: its gradient is used
-    there); the scores, T and mask as in `stationary`.
+    **Arguments:** `entropy`; the scores; weights `rho >= 0` (off the simplex too: its
+    gradient is used there); T and (keyword only) mask as in `stationary`.
 
     **Returns:** $F$ per row.
     """
