@@ -124,7 +124,7 @@ def main(argv=None):
         support = int(np.sum(rho_test > 0))
         full = support == n_test
         # --- tail on the probe
-        fit = fd.fit_tail(z_ramp, rho_ramp, far, shift_origin=0.0,
+        fit = fd.fit_tail(z_ramp, rho_ramp, far=far, shift_origin=0.0,
                           shift_range=(1e-6, 1e4 * gap[-1]))
         tail = {k: fit[k] for k in _TAIL_KEYS[fit["kind"]]}
         tail_ok = tail["kind"] == tail_kind

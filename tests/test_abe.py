@@ -134,8 +134,9 @@ def test_truncation_error_orders():
     e2, e4 = [], []
     for e in eps:
         exact = _exact(e)
-        e2.append(np.max(np.abs(exact - np.asarray(fd.abe_series(jnp.asarray(Z), T, e, 2)))))
-        e4.append(np.max(np.abs(exact - np.asarray(fd.abe_series(jnp.asarray(Z), T, e, 4)))))
+        for order, errs in ((2, e2), (4, e4)):
+            series = fd.abe_series(jnp.asarray(Z), T, eps=e, order=order)
+            errs.append(np.max(np.abs(exact - np.asarray(series))))
     slope2 = np.polyfit(np.log(eps), np.log(e2), 1)[0]
     slope4 = np.polyfit(np.log(eps), np.log(e4), 1)[0]
     assert abs(slope2 - 4) <= 0.15, slope2
@@ -159,7 +160,7 @@ def test_order2_goes_negative_for_broad_scores_but_the_exact_map_does_not():
     mpmath, T G(rho_top) - z_top = T G(rho_bulk), rho_top + 999 rho_bulk = 1; tol 1e-12."""
     K, eps, T_ = 999, 0.4, 1.0
     z = np.r_[np.log(K), np.zeros(K)]
-    series = np.asarray(fd.abe_series(jnp.asarray(z), T_, eps, 2))
+    series = np.asarray(fd.abe_series(jnp.asarray(z), T_, eps=eps, order=2))
     assert series[0] < 0
     exact = _exact(eps, z, T_)
     assert np.all(exact > 0)
@@ -178,20 +179,21 @@ def test_order2_goes_negative_for_broad_scores_but_the_exact_map_does_not():
 
 def test_jit_vmap_grad():
     Zb = jnp.asarray(np.stack([Z, Z[::-1], 0.5 * Z]))
-    f = jax.jit(lambda z: fd.abe_series(z, T, 0.2, 4))
+    f = jax.jit(lambda z: fd.abe_series(z, T, eps=0.2, order=4))
     batched = jax.vmap(f)(Zb)
     for k in range(3):
         # reference: the eager, unbatched call; tolerance 1e-15
-        np.testing.assert_allclose(batched[k], fd.abe_series(Zb[k], T, 0.2, 4), atol=1e-15)
-    np.testing.assert_allclose(fd.abe_series(Zb, T, 0.2, 4), batched, atol=1e-15)
+        np.testing.assert_allclose(
+            batched[k], fd.abe_series(Zb[k], T, eps=0.2, order=4), atol=1e-15)
+    np.testing.assert_allclose(fd.abe_series(Zb, T, eps=0.2, order=4), batched, atol=1e-15)
     # reference: central finite differences; relative tolerance 1e-7
     w = jnp.asarray(np.linspace(-1, 1, Z.size))
-    loss = lambda z: jnp.sum(w * fd.abe_series(z, T, 0.2, 4))  # noqa: E731
+    loss = lambda z: jnp.sum(w * fd.abe_series(z, T, eps=0.2, order=4))  # noqa: E731
     g = jax.grad(loss)(jnp.asarray(Z))
     d = jnp.asarray(np.random.default_rng(3).normal(size=Z.size))
     h = 1e-5
     fdiff = (loss(jnp.asarray(Z) + h * d) - loss(jnp.asarray(Z) - h * d)) / (2 * h)
     np.testing.assert_allclose(float(jnp.dot(g, d)), float(fdiff), rtol=1e-7)
     # the map is flat in eps at eps = 0 (docs/math.md §4): d/deps = 0 there
-    dz = jax.jacfwd(lambda e: fd.abe_series(jnp.asarray(Z), T, e, 4))(0.0)
+    dz = jax.jacfwd(lambda e: fd.abe_series(jnp.asarray(Z), T, eps=e, order=4))(0.0)
     assert float(jnp.max(jnp.abs(dz))) == 0.0

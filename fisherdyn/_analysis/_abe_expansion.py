@@ -109,14 +109,19 @@ def abe_expansion(
 def abe_series(
     scores: Scores,
     T: Temperature = 1.0,
+    *,
     eps: Float[ArrayLike, "*#batch"] = 0.0,
     order: int = 2,
-    *,
     mask: Mask | None = None,
 ) -> Float[Array, "*batch N"]:
     """The truncated Abe map $p(1 + \\epsilon^2 c_2 [+ \\epsilon^4 c_4])$, $q = e^\\epsilon$.
 
     Not clipped: for broad scores the truncation can go negative, the exact map never does
-    (docs/math.md §4). `order` is 2 or 4. Batched over leading axes; jit/vmap/grad compatible.
+    (docs/math.md §4). Batched over leading axes; jit/vmap/grad compatible.
+
+    **Arguments:** `scores`, `T` and (keyword only) `mask` as in `abe_expansion`; keyword
+    only, `eps` $= \\ln q$ and the truncation `order`, 2 or 4.
+
+    **Returns:** the truncated weights, the shape of `scores`.
     """
     return abe_expansion(scores, T, mask=mask).rho(eps, order)

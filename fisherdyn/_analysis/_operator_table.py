@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from .._custom_types import ArrayLike, Float
 from .._entropies import (
@@ -40,15 +41,15 @@ DEFAULT_SCORES = (2.0, 1.2, 0.9, 0.3, -0.1, -0.8, -1.5, -2.6)
 
 
 def operator_table(
-    dtype=jnp.float64,
     *,
+    dtype: DTypeLike = jnp.float64,
     scores: Float[ArrayLike, " N"] = DEFAULT_SCORES,
     T: float = 1.0,
     families: Sequence[tuple[str, AbstractEntropy]] | None = None,
 ) -> list[dict]:
     """Measure one row per entropy family (default parameters, docs/math.md §2).
 
-    **Arguments:**
+    **Arguments** (keyword only):
 
     - `dtype`: the dtype of the scores fed to `stationary`.
     - `scores`: the fixed scores of the support / agreement columns (8 by default).

@@ -5,7 +5,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .._custom_types import ArrayLike, Bool, Float
+from jax.typing import DTypeLike
+
+from .._custom_types import ArrayLike, Bool, Float, RealScalarLike
 from .._entropies import AbstractEntropy
 from .._stationary import stationary
 
@@ -22,8 +24,8 @@ def _linfit(x, y):
 def fit_tail(
     scores: Float[ArrayLike, " N"],
     weights: Float[ArrayLike, " N"],
-    far: Bool[ArrayLike, " N"] | None = None,
     *,
+    far: Bool[ArrayLike, " N"] | None = None,
     shift_origin: float | None = None,
     shift_range: tuple[float, float] | None = None,
 ) -> dict:
@@ -42,7 +44,8 @@ def fit_tail(
 
     - `scores`: the scores $z$, in decreasing order (the top key first).
     - `weights`: $\\rho$ at those scores.
-    - `far`: the keys the fits use (default: the lower half of the score range).
+    - `far` (keyword only, as the rest): the keys the fits use (default: the lower half of
+        the score range).
     - `shift_origin`: the algebraic shift is searched as $s = $ `shift_origin` $+ d$, $d > 0$
         (default: the highest far score, so that $s - z > 0$ on the fitted keys).
     - `shift_range`: the bounds of the scan over $d$ (default: $10^{-6}$ and $10^4$ times the
@@ -92,8 +95,12 @@ def fit_tail(
 
 
 def measure_tail(
-    entropy: AbstractEntropy, *, T: float = 1.0, length: float | None = None, n: int = 401,
-    dtype=jnp.float64,
+    entropy: AbstractEntropy,
+    T: RealScalarLike = 1.0,
+    *,
+    length: float | None = None,
+    n: int = 401,
+    dtype: DTypeLike = jnp.float64,
 ) -> dict:
     """Classify the tail of `stationary(entropy, ramp, T)` on $z = \\mathrm{linspace}(0, -L, n)$.
 
@@ -104,9 +111,9 @@ def measure_tail(
 
     - `entropy`: the family.
     - `T`: the temperature.
-    - `length`: the ramp length $L$; defaults to $\\min(200, 0.45\\,T\\,|\\ln
-        \\mathrm{tiny}(\\mathrm{dtype})|)$, so that an exponential tail does not underflow to
-        zero within the ramp (float32: about $39\\,T$).
+    - `length` (keyword only, as the rest): the ramp length $L$; defaults to
+        $\\min(200, 0.45\\,T\\,|\\ln \\mathrm{tiny}(\\mathrm{dtype})|)$, so that an exponential
+        tail does not underflow to zero within the ramp (float32: about $39\\,T$).
     - `n`: the number of keys on the ramp.
     - `dtype`: the dtype of the ramp fed to `stationary`.
 
@@ -118,5 +125,5 @@ def measure_tail(
     rho = np.asarray(stationary(entropy, z, T), np.float64)
     zn = np.asarray(z, np.float64)
     far = zn <= -length / 2
-    return fit_tail(zn, rho, far, shift_origin=float(np.max(zn[far])),
+    return fit_tail(zn, rho, far=far, shift_origin=float(np.max(zn[far])),
                     shift_range=(1e-6 * length, 1e4 * length))
