@@ -29,47 +29,83 @@ with general-purpose root finders (optimistix in `_crosscheck_optx.py`, scipy in
 from __future__ import annotations
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 import optimistix as optx
 
-from .._custom_types import ArrayLike, Bool, Float, RealScalarLike
+from .._custom_types import ArrayLike, Float, Mask, RealScalarLike, Scores, Temperature
 from .._entropies import AbstractEntropy, AbstractSeparableEntropy, AbstractTsallisShapedEntropy
 from .._misc import check_entropy
 from .._results import RESULTS
-from ._checks import EMPTY_MESSAGE, SCORES_MESSAGE, T_MESSAGE, check_concrete
+from ._checks import EMPTY_MESSAGE, SCORES_MESSAGE, T_MESSAGE, check_concrete, row_T
 from ._crosscheck_optx import solve_optx
 from ._crosscheck_scipy import solve_scipy
-from ._solution import StationarySolution, finish
+from ._solution import StationarySolution, finish, result_where
 
 
-def _check(entropy, scores, T, mask):
+def _check(entropy, scores, mask, method):
     check_entropy(entropy)
     if not isinstance(entropy, (AbstractSeparableEntropy, AbstractTsallisShapedEntropy)):
         raise TypeError(f"no stationary conditions known for {type(entropy).__name__}")
-    if jnp.ndim(scores) != 1:
+    if method not in ("optimistix", "scipy"):
+        raise ValueError(f"method must be 'optimistix' or 'scipy', got {method!r}")
+    if jnp.ndim(scores) == 0:
+        raise ValueError("scores must have at least one axis (the keys)")
+    if mask is not None and jnp.broadcast_shapes(jnp.shape(mask), jnp.shape(scores)) != (
+        jnp.shape(scores)
+    ):
         raise ValueError(
-            f"solve_stationary takes one score vector of shape (N,), got shape "
-            f"{jnp.shape(scores)}; batch with jax.vmap (method='optimistix')"
+            f"mask of shape {jnp.shape(mask)} does not broadcast to scores of shape "
+            f"{jnp.shape(scores)}"
         )
-    if jnp.ndim(T) != 0:
-        raise ValueError("T must be a scalar")
-    if mask is not None and jnp.shape(mask) != jnp.shape(scores):
-        raise ValueError(f"mask shape {jnp.shape(mask)} != scores shape {jnp.shape(scores)}")
 
 
 def _result(ok):
-    return RESULTS.where(ok, RESULTS.successful, RESULTS.promote(optx.RESULTS.nonlinear_divergence))
+    failed = RESULTS.promote(optx.RESULTS.nonlinear_divergence)
+    return result_where(ok, RESULTS.successful, failed)
+
+
+def _per_row(x, batch, dtype):
+    """`x` as an array of the batch shape (one value per row)."""
+    return jnp.broadcast_to(jnp.asarray(x, dtype), batch)
+
+
+def _solve_rows_optx(entropy, z, keep, T, M0, n_grid):
+    """The optimistix solve of every row: one `vmap` per batch axis."""
+    dtype = z.dtype
+    # parameters as arrays: one compilation per family, whatever the parameter value
+    ent = jtu.tree_map(lambda x: jnp.asarray(x, dtype), entropy)
+    solve = lambda z, keep, T, M0: solve_optx(ent, z, keep, T, M0, n_grid)  # noqa: E731
+    for _ in range(z.ndim - 1):
+        solve = jax.vmap(solve)
+    return solve(z, keep, T, M0)
+
+
+def _solve_rows_scipy(entropy, z, keep, T, M0, n_grid):
+    """The scipy solve of every row, one after the other (NumPy, not traceable)."""
+    dtype = z.dtype
+    z, keep, T, M0 = (np.asarray(x) for x in (z, keep, T, M0))
+    rho, lam = np.zeros(z.shape), np.zeros(z.shape[:-1])
+    ok = np.zeros(z.shape[:-1], bool)
+    for i in np.ndindex(z.shape[:-1]):
+        m0 = None if np.isnan(M0[i]) else float(M0[i])
+        rho[i], lam[i], ok[i] = solve_scipy(entropy, z[i], keep[i], T[i], m0, n_grid)
+    rho, lam, ok, T = (jnp.asarray(x) for x in (rho, lam, ok, T))
+    rho, lam, T = (x.astype(dtype) for x in (rho, lam, T))
+    T_eff = T if entropy.separable else T * entropy.temperature_factor(entropy.moment(rho))
+    return rho, lam, ok, T_eff
 
 
 def solve_stationary(
     entropy: AbstractEntropy,
-    scores: Float[ArrayLike, " N"],
-    T: RealScalarLike = 1.0,
+    scores: Scores,
+    T: Temperature = 1.0,
     *,
     method: str = "optimistix",
-    mask: Bool[ArrayLike, " N"] | None = None,
-    M0: RealScalarLike | None = None,
+    mask: Mask | None = None,
+    M0: Float[ArrayLike, "*#batch"] | RealScalarLike | None = None,
     n_grid: int = 64,
     throw: bool = True,
 ) -> StationarySolution:
@@ -81,43 +117,41 @@ def solve_stationary(
 
     **Arguments:**
     - `entropy`: an entropy family, e.g. `Abe(1.5)`.
-    - `scores`: one score vector $z$ of shape (N,) (vmap for batches, `method="optimistix"`).
-    - `T`: temperature > 0 (scalar).
+    - `scores`: the scores $z$, keys on the last axis; leading batch axes are solved row by
+      row (`vmap` with `method="optimistix"`, a loop with `"scipy"`).
+    - `T`: temperature > 0, a scalar or one per row, broadcasting as in `stationary`.
     - `method`: `"optimistix"` (JAX; optx.Bisection + optx.Newton; jit/vmap compatible) or
       `"scipy"` (numpy float64; scipy.optimize.brentq).
-    - `mask`: boolean (N,), True = keep; masked entries get exactly zero weight.
+    - `mask`: boolean, broadcastable to the scores, True = keep; masked entries get exactly
+      zero weight.
     - `M0`: Renyi / Sharma-Mittal only: return the self-consistent root whose moment
-      $M_q$ is nearest to `M0` (in log M) instead of the branch of least free energy.
+      $M_q$ is nearest to `M0` (in log M) instead of the branch of least free energy; a
+      scalar or one per row.
     - `n_grid`: Renyi / Sharma-Mittal: number of points of the log-M scan that brackets the
       self-consistent roots (two roots closer than one grid cell may be missed).
     - `throw`: raise a runtime error (`eqx.error_if`) unless every root solve converged;
       with `throw=False` inspect `result` instead.
 
-    **Returns:** a `StationarySolution(rho, lam, T_eff, result, stats)` with
-    `stats["residual"]`. Renyi / Sharma-Mittal: by default the root of least free energy
-    $F = -\\sum\\rho_i z_i - T S(\\rho)$ among all roots found by the scan.
+    **Returns:** a `StationarySolution(rho, lam, T_eff, result, stats)` batched like the
+    rows, with `stats["residual"]`. Renyi / Sharma-Mittal: by default the root of least
+    free energy $F = -\\sum\\rho_i z_i - T S(\\rho)$ among all roots found by the scan.
     """
-    _check(entropy, scores, T, mask)
+    _check(entropy, scores, mask, method)
     check_concrete(scores, T, mask, need_keys=True)
-    if method not in ("optimistix", "scipy"):
-        raise ValueError(f"method must be 'optimistix' or 'scipy', got {method!r}")
     dtype = jnp.result_type(float)
     z = jnp.asarray(scores, dtype)
-    keep = jnp.isfinite(z) if mask is None else jnp.asarray(mask, bool) & jnp.isfinite(z)
-    bad = jnp.any((jnp.isnan(z) | (z == jnp.inf)) & (True if mask is None else jnp.asarray(mask)))
+    batch = z.shape[:-1]
+    kept = True if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), z.shape)
+    keep = jnp.isfinite(z) & kept
+    bad = jnp.any((jnp.isnan(z) | (z == jnp.inf)) & kept)
     z = eqx.error_if(z, bad, SCORES_MESSAGE.format(count=""))
-    z = eqx.error_if(z, ~jnp.any(keep), EMPTY_MESSAGE)
-    T = jnp.asarray(T, dtype)
-    T = eqx.error_if(T, ~(T > 0) | ~jnp.isfinite(T), T_MESSAGE)
+    z = eqx.error_if(z, ~jnp.all(jnp.any(keep, -1)), EMPTY_MESSAGE)
+    T = row_T(jnp.asarray(T, dtype), z.shape, -1)
+    T = _per_row(T[..., 0] if T.ndim else T, batch, dtype)
+    T = eqx.error_if(T, jnp.any(~(T > 0) | ~jnp.isfinite(T)), T_MESSAGE)
+    M0 = _per_row(jnp.nan if M0 is None else M0, batch, dtype)
     z = jnp.where(keep, z, 0.0)
-    if method == "optimistix":
-        # parameters as arrays: one compilation per family, whatever the parameter value
-        ent = jtu.tree_map(lambda x: jnp.asarray(x, dtype), entropy)
-        M0_arr = jnp.asarray(jnp.nan if M0 is None else M0, dtype)
-        rho, lam, ok, T_eff = solve_optx(ent, z, keep, T, M0_arr, n_grid)
-    else:
-        rho, lam, ok = solve_scipy(entropy, z, keep, T, M0, n_grid)
-        rho, lam = jnp.asarray(rho, dtype), jnp.asarray(lam, dtype)
-        T_eff = T if entropy.separable else T * entropy.temperature_factor(entropy.moment(rho))
+    solve_rows = _solve_rows_optx if method == "optimistix" else _solve_rows_scipy
+    rho, lam, ok, T_eff = solve_rows(entropy, z, keep, T, M0, n_grid)
     T_eff = jnp.asarray(T_eff, dtype)
     return finish(entropy, rho, z, keep, lam, T_eff, _result(ok), throw)
