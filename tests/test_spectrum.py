@@ -152,3 +152,27 @@ def test_spectrum_traced_mass_may_vanish():
     f = jax.jit(lambda m, g: fd.relaxation_spectrum(fd.Shannon(), z, T, mass=m, damping=g))
     with pytest.raises(Exception, match="damping > 0 where mass = 0"):
         jax.block_until_ready(f(0.0, 0.0))
+
+
+@pytest.mark.parametrize("entropy", [fd.Kaniadakis(0.3), fd.Tsallis(1.5)])
+def test_batches_equal_per_row_calls(entropy):
+    """Leading batch axes of the scores with one T (size-1 key axis, as in `stationary`),
+    one mass and one damping per row, m = 0 mixed with m > 0: each row as its own call
+    (reference: the same function on one row; tolerance 1e-12, round-off between the
+    batched and the single program)."""
+    rng = np.random.default_rng(3)
+    Z = rng.normal(size=(2, 3, 5))
+    T = np.array([[0.6], [1.1]])[..., None]  # (2, 1, 1): one per row of the first axis
+    mass = np.array([0.0, 0.5, 2.0])  # (3,): one per row of the last batch axis
+    damping = np.array([[1.3], [0.4]])  # (2, 1)
+    sp = fd.relaxation_spectrum(entropy, Z, T, mass=mass, damping=damping)
+    assert sp.rates.shape == (2, 3, 4, 2)
+    for i, j in np.ndindex(2, 3):
+        one = fd.relaxation_spectrum(entropy, Z[i, j], float(T[i, 0, 0]), mass=float(mass[j]),
+                                     damping=float(damping[i, 0]))
+        for field in ("omega2", "rates", "boundary", "modes", "rho", "lam"):
+            got, want = np.asarray(getattr(sp, field))[i, j], np.asarray(getattr(one, field))
+            finite = np.isfinite(want)
+            np.testing.assert_array_equal(np.isfinite(got), finite)
+            np.testing.assert_allclose(got[finite], want[finite], rtol=0, atol=1e-12)
+        assert sp.regime_names[12 * i + 4 * j: 12 * i + 4 * j + 4] == one.regime_names

@@ -14,11 +14,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._custom_types import Array, ArrayLike, Bool, Complex, Float, Int, RealScalarLike, Scores
+from .._custom_types import (
+    Array, ArrayLike, Bool, Complex, Float, Int, RealScalarLike, Scores, Temperature,
+)
 from .._entropies import AbstractEntropy
 from .._misc import check_entropy, is_concrete
-from .._stationary._checks import check_concrete
-from ._problem import arrayify_entropy, is_overdamped, parameters
+from .._stationary._checks import check_concrete, row_T
+from ._problem import arrayify_entropy, parameters
 from ._system import stiffness_matrix, tangent_basis
 
 __all__ = ["relaxation_spectrum", "RelaxationSpectrum", "UNDERDAMPED", "CRITICAL", "OVERDAMPED"]
@@ -77,10 +79,11 @@ class RelaxationSpectrum(eqx.Module):
 
 @eqx.filter_jit
 def _batched(entropy, rho, z, T, mass, damping, critical_rtol, mask=None):
+    """`_single` mapped over the leading axes; T, mass and damping hold one value per row."""
     fn = _single
     for _ in range(rho.ndim - 1):
         mask_axis = None if mask is None else 0
-        fn = jax.vmap(fn, in_axes=(None, 0, 0, None, None, None, None, mask_axis))
+        fn = jax.vmap(fn, in_axes=(None, 0, 0, 0, 0, 0, None, mask_axis))
     return fn(entropy, rho, z, T, mass, damping, critical_rtol, mask)
 
 
@@ -131,10 +134,10 @@ def _single(entropy, rho, z, T, mass, damping, critical_rtol, mask=None):
 def relaxation_spectrum(
     entropy: AbstractEntropy,
     scores: Scores,
-    T: RealScalarLike = 1.0,
+    T: Temperature = 1.0,
     *,
-    mass: RealScalarLike,
-    damping: RealScalarLike,
+    mass: Float[ArrayLike, "*#batch"] | RealScalarLike,
+    damping: Float[ArrayLike, "*#batch"] | RealScalarLike,
     rho: Float[ArrayLike, "*#batch N"] | None = None,
     critical_rtol: RealScalarLike = 1e-6,
     mask: Bool[ArrayLike, "*#batch N"] | None = None,
@@ -149,8 +152,10 @@ def relaxation_spectrum(
 
     **Arguments:**
 
-    - `entropy`, `scores` (N,), `T`: the problem; `mass` $\\ge 0$ and `damping` $\\ge 0$
-      (> 0 when m = 0).
+    - `entropy`, `scores` (..., N), `T`: the problem, T broadcasting as in `stationary`
+      (a scalar or one per row).
+    - `mass` $\\ge 0$ and `damping` $\\ge 0$ (> 0 where m = 0): scalars or one per row,
+      broadcasting against the batch shape (the scores' shape without the keys).
     - `rho`: the fixed point; default `fisherdyn.stationary(entropy, scores, T)` (for Renyi /
       Sharma-Mittal that is the least-free-energy branch: pass another branch explicitly).
     - `critical_rtol`: relative band of $|\\gamma^2 - 4m\\omega^2|$ called critical.
@@ -159,20 +164,22 @@ def relaxation_spectrum(
 
     **Returns:**
 
-    A `RelaxationSpectrum`. Scores with leading batch axes are mapped over.
+    A `RelaxationSpectrum`, batched like the rows: leading batch axes of the scores (and
+    of `rho`, T, mass and damping) are mapped over.
     """
     check_entropy(entropy)
     z = jnp.asarray(scores)
     z = z if jnp.issubdtype(z.dtype, jnp.floating) else z.astype(jnp.result_type(float))
     if z.ndim == 0 or z.shape[-1] < 2:
         raise ValueError("relaxation_spectrum needs scores with at least 2 keys")
-    if jnp.ndim(T) or jnp.ndim(mass) or jnp.ndim(damping):
-        raise ValueError("relaxation_spectrum takes scalar T, mass and damping")
     # the checks and messages of `simulate`: ValueError now for concrete inputs, a runtime
-    # error under jit
+    # error under jit; each mode's rates hold for m = 0 too, so a batch may mix m = 0 and m > 0
     check_concrete(z, T, mask)
+    T = row_T(jnp.asarray(T, z.dtype), z.shape, -1)  # (*batch, 1): as `stationary` reads it
+    m = np.asarray(mass) if is_concrete(mass) else None
+    overdamped = m is not None and bool(np.all(m == 0))
     T, mass, damping = parameters(
-        T, mass, damping, z.dtype, is_overdamped(mass), need_damping=False, mass_may_vanish=True
+        T, mass, damping, z.dtype, overdamped, need_damping=False, mass_may_vanish=True
     )
     if mask is not None or (is_concrete(z) and bool(np.any(np.isneginf(np.asarray(z))))):
         mask = jnp.broadcast_to(True if mask is None else jnp.asarray(mask, bool), z.shape)
@@ -186,15 +193,20 @@ def relaxation_spectrum(
         z = jnp.where(mask, z, jnp.zeros((), z.dtype))
         rho = jnp.where(mask, rho, jnp.zeros((), z.dtype))
     dtype = z.dtype
-    batch = jnp.broadcast_shapes(z.shape, rho.shape)
+    T = T[..., 0] if T.ndim else T
+    batch = jnp.broadcast_shapes(
+        z.shape[:-1], rho.shape[:-1], T.shape, mass.shape, damping.shape,
+        () if mask is None else jnp.shape(mask)[:-1],
+    )
+    full = batch + z.shape[-1:]
     entropy = arrayify_entropy(entropy, dtype)
     return _batched(
         entropy,
-        jnp.broadcast_to(rho, batch),
-        jnp.broadcast_to(z, batch),
-        T,
-        mass,
-        damping,
+        jnp.broadcast_to(rho, full),
+        jnp.broadcast_to(z, full),
+        jnp.broadcast_to(T, batch),
+        jnp.broadcast_to(mass, batch),
+        jnp.broadcast_to(damping, batch),
         jnp.asarray(critical_rtol, dtype),
-        None if mask is None else jnp.broadcast_to(mask, batch),
+        None if mask is None else jnp.broadcast_to(mask, full),
     )
