@@ -5,6 +5,7 @@ libraries return can be stored in it with `RESULTS.promote`."""
 from __future__ import annotations
 
 import diffrax
+import equinox as eqx
 import jax
 import numpy as np
 
@@ -70,7 +71,7 @@ def result_names() -> dict[int, str]:
     return {int(np.asarray(item._value)): name for name, item in RESULTS._name_to_item.items()}
 
 
-def result_name(result) -> str | np.ndarray:
+def result_name(result: eqx.EnumerationItem) -> str | np.ndarray:
     """The name of a result code as a word (`"successful"`, `"boundary_reached"`, ...).
 
     The item's name alone (its repr adds the message); a batched code gives an array of

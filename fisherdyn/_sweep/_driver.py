@@ -8,12 +8,16 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._optional import require, require_all
 from ._spec import DEFAULT_CHUNK_SIZE, Chunk, SweepSpec, block_shape, chunks, load_spec
 from ._store import committed_chunks, create_store, open_store, wait_for_store, write_chunk
+
+if TYPE_CHECKING:  # an optional dependency, named only in the annotation
+    import xarray
 
 __all__ = ["sweep", "SweepPlan", "failure_summary", "summary_figure_path"]
 
@@ -107,8 +111,8 @@ def _wait_for_all(group, all_chunks, timeout):
 
 
 def sweep(
-    spec,
-    store,
+    spec: SweepSpec | dict[str, Any] | str | Path,
+    store: str | Path,
     *,
     chunk_size: int | None = None,
     progress: bool = True,
@@ -117,7 +121,7 @@ def sweep(
     process_id: int | None = None,
     num_processes: int | None = None,
     wait_timeout: float = 3600.0,
-):
+) -> xarray.Dataset | SweepPlan | None:
     """Relax every problem of a parameter grid into a resumable Zarr store.
 
     Problems run in chunks, each one batched call of `fisherdyn.relax` (split over the
