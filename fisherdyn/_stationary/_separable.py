@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from .._entropies import ComponentLawSwitch
+from .._misc import concrete_float
 
 
 def row_max(z, keep):
@@ -270,13 +271,22 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, nan_if_unconv
         lambda s: _root_step(rows, s, use_newton, jnp.sqrt(eps), tols),
         state,
     )
-    rho, slope, _, _ = rows.components(out.nu, out.aux)
+    newton = concrete_float(use_newton)
+    newton = use_newton if newton is None else bool(newton)
+    if newton is True:
+        nu = out.nu
+        rho, slope, _, _ = rows.components(nu, out.aux)
+    elif newton is False:
+        rho, slope, nu = _bracket_weights(rows, out)
+    else:  # decided per row at run time
+        rho, slope, nu = _bracket_weights(rows, out)
+        rho_n, slope_n, _, _ = rows.components(out.nu, out.aux)
+        rho, slope = jnp.where(newton, rho_n, rho), jnp.where(newton, slope_n, slope)
+        nu = jnp.where(newton, out.nu, nu)
     S = jnp.sum(rho, -1, keepdims=True)
-    normalized = jnp.logical_not(use_newton)
-    if use_newton is not True:
-        # Tsallis q > 2: keys enter the support with infinite slope (x ~ u^p, p < 1), so one
-        # ulp of nu can move the sum by more than eps and no nu sums to 1 at round-off; the
-        # root's last rounding is removed by normalizing
+    normalized = jnp.logical_not(newton)
+    if newton is not True:
+        # the interpolated weights sum to 1 up to their rounding, removed here
         rho = jnp.where(normalized & (S > 0), rho / jnp.where(S > 0, S, 1.0), rho)
     if nan_if_unconverged:
         # a row still unconverged after max_iter is reported, not returned as if solved;
@@ -287,7 +297,30 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, nan_if_unconv
         converged = out.done | (jnp.abs(out.h) <= 64 * tol)
         sums = (S > 0) & jnp.isfinite(S) & (normalized | (jnp.abs(S - 1) <= jnp.sqrt(eps)))
         rho = jnp.where((converged & sums) | ~keep, rho, jnp.nan)
-    return rho, rows.multiplier(out.nu) + nu1 + zmax, slope
+    return rho, rows.multiplier(nu) + nu1 + zmax, slope
+
+
+def _bracket_weights(rows, out):
+    """The weights of an Illinois-only root (Tsallis q > 2), interpolated between the ends
+    of its final bracket (the last evaluated nu included), where the sum is >= 1 and <= 1.
+
+    Keys enter the support with infinite slope (x ~ u^p, p < 1), so one ulp of nu can move
+    the sum by far more than eps (a group of keys just above the threshold) and no nu sums
+    to 1. Every interpolated weight lies between its values at the two ends, as the exact
+    one does; rescaling the weights of one end instead would move the top weight by the
+    whole excess of the sum. Returns (rho, slope, nu)."""
+    right = out.h < 0
+    a = jnp.where(right, out.lo, out.nu)
+    b = jnp.where(right, out.nu, out.hi)
+    rho_a, slope_a, _, _ = rows.components(a, out.aux)
+    rho_b, slope_b, _, _ = rows.components(b, out.aux)
+    S_a = jnp.sum(rho_a, -1, keepdims=True)
+    S_b = jnp.sum(rho_b, -1, keepdims=True)
+    gap = S_a - S_b
+    theta = jnp.clip((S_a - 1) / jnp.where(gap > 0, gap, 1.0), 0.0, 1.0)
+    theta = jnp.where(gap > 0, theta, 0.0)
+    mix = lambda xa, xb: xa + theta * (xb - xa)  # noqa: E731
+    return mix(rho_a, rho_b), mix(slope_a, slope_b), mix(a, b)
 
 
 def in_row_blocks(fn, z, keep, T, block_bytes):
