@@ -185,14 +185,34 @@ def _shape_newton(sh, t, lo, hi, max_iter=60):
                 done_new)
 
     st = (jnp.array(0), t, lo, hi, h, dh, jnp.abs(h) <= 2 * eps)
-    st = jax.lax.while_loop(lambda s: (s[0] < max_iter) & ~jnp.all(s[-1]), body, st)
-    return st[1]
+    _, t, lo, hi, h, _, _ = jax.lax.while_loop(
+        lambda s: (s[0] < max_iter) & ~jnp.all(s[-1]), body, st)
+    # the final bracket, the last evaluated t at one of its ends
+    return jnp.where(h < 0, t, lo), jnp.where(h < 0, hi, t), h < 0
 
 
-def _shape_profile(sh, t):
-    (_, S1, _, X), vp = _shape_sums(sh, t, profile=True)
+def _shape_profile(sh, lo, hi, at_lo):
+    """(rho, log M) at the root Newton left in [lo, hi] (`at_lo`: its last t is lo, else hi).
+
+    For q > 2 a group of tied keys enters the support with infinite slope: within one ulp of
+    delta its weight jumps from 0 to a visible share and h jumps across 0, so no t is a
+    root. Where the bracket has collapsed onto such a jump, the profile is interpolated
+    between its ends with the share of the entering keys that zeroes h (h depends on it
+    through Shat_p alone, as their (u/delta)^(p+1) vanishes): the profile of a delta inside
+    the ulp. Elsewhere it is the profile at the last t."""
+    (_, S1a, _, Xa), vpa = _shape_sums(sh, lo, profile=True)
+    (_, S1b, _, Xb), vpb = _shape_sums(sh, hi, profile=True)
+    ha = lo + sh.s * jnp.log1p(Xa / S1a) + (1 - sh.s) * (sh.q - 1) * jnp.log(S1a) - sh.loga
+    gap = S1b - S1a
+    beta = jnp.where(sh.beta != 0, sh.beta, 1.0)
+    theta = S1a * jnp.expm1(ha / beta) / jnp.where(gap > 0, gap, 1.0)
+    eps = jnp.finfo(sh.d.dtype).eps
+    jump = (gap > 0) & (sh.beta != 0) & (hi - lo <= 8 * eps * (1 + jnp.abs(hi)))
+    theta = jnp.where(jump, jnp.clip(theta, 0.0, 1.0), jnp.where(at_lo, 0.0, 1.0))
+    S1 = S1a + theta * gap
+    X = Xa + theta * (Xb - Xa)
     # log M = log Shat_{p+1} - q log Shat_p, without cancellation near q = 1
-    return vp / S1, jnp.log1p(X / S1) - (sh.q - 1) * jnp.log(S1)
+    return (vpa + theta * (vpb - vpa)) / S1, jnp.log1p(X / S1) - (sh.q - 1) * jnp.log(S1)
 
 
 def _shape_grid(sh, K):
@@ -270,8 +290,7 @@ def _shape_scan(entropy, sh, T, K=_SHAPE_SCAN_CELLS, n_candidates=3):
     valid = jnp.take_along_axis(score, order, 0) < jnp.inf
     order = jnp.where(valid, order, order[:1])
     t0, lo, hi = _pick_cell(order, tg, h)
-    t = _shape_newton(sh, t0, lo, hi)
-    rho_c, logM_c = _shape_profile(sh, t)
+    rho_c, logM_c = _shape_profile(sh, *_shape_newton(sh, t0, lo, hi))
     zrel = jnp.where(sh.keep, -sh.d, 0.0)
     F_c = _free_energy_rows(entropy, rho_c, zrel, sh.keep, T)
     best = jnp.argmin(F_c[..., 0], axis=0)[None, ..., None]
@@ -320,10 +339,10 @@ def _solve_tsallis_shaped(entropy, z, keep, T):
     sh = _shape_setup(entropy, z, keep, T)
     gamma = concrete_float(sh.gamma)
     if gamma is not None and gamma <= 0:  # h increasing: the root is unique
-        t = _shape_newton(sh, 0.5 * (sh.t_lo + sh.t_hi), sh.t_lo, sh.t_hi)
-        return _shape_profile(sh, t)
+        return _shape_profile(sh, *_shape_newton(sh, 0.5 * (sh.t_lo + sh.t_hi), sh.t_lo,
+                                                 sh.t_hi))
     tg, S0, S1, S2, h, n = _shape_grid(sh, _SHAPE_CELLS)
     ok, k = _shape_certify(sh, tg, S0, S1, S2, h, n)
     t0, lo, hi = _pick_cell(k, tg, h)
-    rho, logM = _shape_profile(sh, _shape_newton(sh, t0[0], lo[0], hi[0]))
+    rho, logM = _shape_profile(sh, *_shape_newton(sh, t0[0], lo[0], hi[0]))
     return _shape_rescan(entropy, sh, T, ~ok, rho, logM)
