@@ -18,7 +18,7 @@ BASELINE = "import jax, equinox, diffrax"
 STATEMENTS = {
     "baseline": BASELINE,
     "import": "import fisherdyn",
-    # first use of a name from every subpackage but the weight-tied experiment
+    # first use of a name from the core subpackages
     "core": "import fisherdyn as fd; fd.RESULTS, fd.Shannon, fd.stationary, fd.simulate, "
     "fd.relaxation_spectrum, fd.attention, fd.tangent_test, fd.operator_table",
 }

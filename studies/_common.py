@@ -29,7 +29,10 @@ def setup(name: str, description: str, argv=None, add_arguments=None):
     switch JAX to float64 and matplotlib to Agg.
 
     Returns (args, ledger)."""
-    p = argparse.ArgumentParser(prog=f"studies/{name}.py", description=description)
+    # a study that is a package runs as its folder, `studies/<name>`
+    package = (Path(__file__).resolve().parent / name).is_dir()
+    p = argparse.ArgumentParser(prog=f"studies/{name}" + ("" if package else ".py"),
+                                description=description)
     p.add_argument("--quick", action="store_true",
                    help="small grids and fewer families: seconds, for the test suite")
     p.add_argument("--out", type=Path, default=Path("figures"),

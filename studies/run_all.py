@@ -1,7 +1,8 @@
 """Run every study and regenerate `figures/` (what `make figures` does).
 
-Each study is a stand-alone script (`studies/<name>.py [--quick] [--out DIR]`) that calls
-only the public API and writes `<out>/<name>.png` and `<out>/<name>.json`. This script runs
+Each study is a stand-alone script (`studies/<name>.py [--quick] [--out DIR]`, or a package
+run as `studies/<name> ...` when it needs several modules) that calls only the public API
+and writes `<out>/<name>.png` and `<out>/<name>.json`. This script runs
 them as subprocesses of the same interpreter, a few at a time, prints each study's
 measured-vs-predicted summary as it finishes, and ends with one line per study (time,
 checks, disagreements with theory). `--gallery` prints the gallery section of the
@@ -41,8 +42,15 @@ _LONGEST_FIRST = ("weight_tied", "stationary_laws", "relaxation", "entropy_invar
                   "renyi_temperature", "tangent_test", "abe_even_order", "tails")
 
 
-def _run_one(name, quick, out: Path):
+def _script(name) -> Path:
+    """`studies/<name>.py`, or the folder `studies/<name>/` of a study that is a package (run
+    through its `__main__.py`)."""
     script = HERE / f"{name}.py"
+    return script if script.is_file() else HERE / name
+
+
+def _run_one(name, quick, out: Path):
+    script = _script(name)
     cmd = [sys.executable, str(script), "--out", str(out)] + (["--quick"] if quick else [])
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent)
@@ -120,7 +128,8 @@ def gallery_markdown(out="figures", image_prefix="figures/") -> str:
         if not path.is_file():
             continue
         data = json.loads(path.read_text())
-        lines += [f"### {data['title']} (`studies/{name}.py`)", "",
+        where = _script(name).relative_to(HERE.parent).as_posix()
+        lines += [f"### {data['title']} (`{where}`)", "",
                   *(f"![{data['title']}]({image_prefix}{img})"
                     for img in data.get("images", [f"{name}.png"])), "", data["caption"], ""]
         lines += [f"- {text}" for text in data["headline"].values()]

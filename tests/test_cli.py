@@ -612,16 +612,18 @@ def test_energy_figure_legend_per_panel():
         plt.close(fig)
 
 
-def test_suite_keeps_the_user_cache_clean():
-    """tests/conftest.py points FISHERDYN_CACHE (the weight cache of `train_looped`, which
-    the studies the suite runs use, and the CLI's compiled programs) at a directory of the
-    run, so the suite leaves nothing in the user cache directory."""
+def test_suite_keeps_the_user_cache_clean(monkeypatch):
+    """tests/conftest.py points FISHERDYN_CACHE (the CLI's compiled programs, and the weight
+    cache of the studies the suite runs: tests/studies/test_weight_tied_cache.py) at a
+    directory of the run, so the suite leaves nothing in the user cache directory."""
     import platformdirs
 
-    import fisherdyn as fd
+    from fisherdyn._cli._exported import exported_dir
 
     cache = Path(os.environ["FISHERDYN_CACHE"]).resolve()
-    assert fd.default_cache_dir().resolve() == cache
+    # where the programs would go with the cache on (the suite switches it off)
+    monkeypatch.delenv("FISHERDYN_NO_COMPILATION_CACHE", raising=False)
+    assert exported_dir().resolve().parent == cache
     assert not cache.is_relative_to(Path(platformdirs.user_cache_dir("fisherdyn")).resolve())
 
 

@@ -44,7 +44,9 @@ def test_wheel_imports_from_its_own_files(installed):
     target, _, _ = installed
     proc = _run(["-c", "import fisherdyn as fd; print(fd.__file__); "
                  "print(float(fd.stationary(fd.Tsallis(1.5), [1.0, 0.0, -1.0], 0.5)[0])); "
-                 "print(fd.default_cache_dir())"], installed)
+                 "import os; os.environ.pop('FISHERDYN_NO_COMPILATION_CACHE', None); "
+                 "from fisherdyn._cli._exported import exported_dir; print(exported_dir())"],
+                installed)
     assert proc.returncode == 0, proc.stderr
     path, weight, cache = proc.stdout.split()
     assert Path(path).is_relative_to(target) and not Path(path).is_relative_to(ROOT)

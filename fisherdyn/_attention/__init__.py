@@ -10,3 +10,8 @@ from ._losses import (
 )
 from ._flax import flax_attention_fn as flax_attention_fn
 from ._equinox import MultiheadAttention as MultiheadAttention
+from ._carried import (
+    AbstractCarriedLoop as AbstractCarriedLoop,
+    FisherLoop as FisherLoop,
+    LinearScoreLoop as LinearScoreLoop,
+)

@@ -8,6 +8,9 @@
 - `_integrate.py`: `simulate` and `Trajectory`.
 - `_relax.py`: `relax`, its Newton polish, and `RelaxSolution`.
 - `_spectrum.py`: `relaxation_spectrum` and `RelaxationSpectrum`.
+- `_piecewise.py`: the dynamics under piecewise-constant scores, interval by interval
+  (`fisher_loop_step`, `fisher_score_dynamics`, `linear_score_step`,
+  `linear_score_dynamics`).
 """
 
 from ._coordinates import (
@@ -16,6 +19,12 @@ from ._coordinates import (
     SphereCoordinates as SphereCoordinates,
 )
 from ._integrate import Trajectory as Trajectory, simulate as simulate
+from ._piecewise import (
+    fisher_loop_step as fisher_loop_step,
+    fisher_score_dynamics as fisher_score_dynamics,
+    linear_score_dynamics as linear_score_dynamics,
+    linear_score_step as linear_score_step,
+)
 from ._relax import RelaxSolution as RelaxSolution, relax as relax
 from ._spectrum import (
     CRITICAL as CRITICAL,

@@ -3,8 +3,8 @@
 The unit of replication is the trained model (one seed): `bootstrap_ci` resamples units,
 `holm` corrects p-values across the tests, and `verdict` applies criteria that are fixed
 here, before any data, to the intervals. The tests themselves (depth convergence, mobility,
-linear response, held-out prediction) live in `_evidence_paths.py`,
-`_evidence_response.py` and `_evidence_heldout.py`; each returns the per-unit statistic
+linear response, held-out prediction) live in `evidence_paths.py`,
+`evidence_response.py` and `evidence_heldout.py`; each returns the per-unit statistic
 that a criterion below reads.
 
 **The criteria** (`CRITERIA`; regions are closed intervals of the statistic). A criterion
@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 import equinox as eqx
 import numpy as np
 
-from .._custom_types import ArrayLike, Float
+from jaxtyping import ArrayLike, Float
 
 __all__ = [
     "YES",

@@ -1,4 +1,5 @@
-"""The weight-tied (looped) transformer: task, training determinism, cache, path extraction.
+"""The weight-tied study's looped transformer: task, training determinism, cache, path
+extraction.
 
 Fast checks on a tiny model trained for a few steps; the real training budget is measured
 by the studies, not here.
@@ -9,11 +10,12 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
+import weight_tied as wt
 
 import fisherdyn as fd
 
 ENTROPY = fd.Kaniadakis(0.3)
-TINY = fd.LoopedConfig(n_pairs=4, dim=8, corrupt=0.25, d_model=16, n_heads=2, d_mlp=16,
+TINY = wt.LoopedConfig(n_pairs=4, dim=8, corrupt=0.25, d_model=16, n_heads=2, d_mlp=16,
                        n_loops=3, step=1.0, entropy=ENTROPY)
 RECIPE = dict(seed=3, steps=4, batch=8, eval_batch=32, progress=False)
 
@@ -34,26 +36,26 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def trained(cache_dir):
-    return fd.train_looped(TINY, cache_dir=cache_dir, **RECIPE)
+    return wt.train_looped(TINY, cache_dir=cache_dir, **RECIPE)
 
 
 @pytest.fixture(scope="module")
 def problems():
-    return fd.recall_task(jr.PRNGKey(11), 6, TINY.n_pairs, TINY.dim, TINY.corrupt)
+    return wt.recall_task(jr.PRNGKey(11), 6, TINY.n_pairs, TINY.dim, TINY.corrupt)
 
 
 @pytest.fixture(scope="module")
 def paths(trained, problems):
     # 2x the trained depth, float64
-    return fd.extract_paths(trained.model, problems, 2 * TINY.n_loops, dtype=jnp.float64)
+    return wt.extract_paths(trained.model, problems, 2 * TINY.n_loops, dtype=jnp.float64)
 
 
 def test_recall_task_definition():
     # Reference: the task's definition (keys +-1, query = target key with exactly
     # round(corrupt * dim) flipped coordinates, label = the target pair's label); seeded.
     n_pairs, dim, corrupt = 5, 12, 0.25
-    a = fd.recall_task(jr.PRNGKey(0), 7, n_pairs, dim, corrupt)
-    b = fd.recall_task(jr.PRNGKey(0), 7, n_pairs, dim, corrupt)
+    a = wt.recall_task(jr.PRNGKey(0), 7, n_pairs, dim, corrupt)
+    b = wt.recall_task(jr.PRNGKey(0), 7, n_pairs, dim, corrupt)
     for x, y in zip(a, b):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     tok = np.asarray(a.tokens)
@@ -73,17 +75,17 @@ def test_training_is_deterministic_and_cached(trained, cache_dir):
     # Reference: bitwise equality (same seed => same weights; the cache round-trips them).
     assert not trained.from_cache and trained.path is not None
     assert np.all(np.isfinite(trained.loss_history)) and 0.0 <= trained.accuracy <= 1.0
-    again = fd.train_looped(TINY, cache_dir=cache_dir, **RECIPE)
+    again = wt.train_looped(TINY, cache_dir=cache_dir, **RECIPE)
     assert again.from_cache and again.path == trained.path
     assert again.accuracy == trained.accuracy
-    fresh = fd.train_looped(TINY, use_cache=False, **RECIPE)
+    fresh = wt.train_looped(TINY, use_cache=False, **RECIPE)
     assert not fresh.from_cache and fresh.path is None
     for x, y, z in zip(_leaves(trained.model), _leaves(again.model), _leaves(fresh.model)):
         np.testing.assert_array_equal(x, y)
         np.testing.assert_array_equal(x, z)
     np.testing.assert_array_equal(trained.loss_history, fresh.loss_history)
     # training moved the weights away from the seeded initialization
-    init = fd.init_looped(TINY, jr.split(jr.PRNGKey(3), 3)[0])
+    init = wt.init_looped(TINY, jr.split(jr.PRNGKey(3), 3)[0])
     assert any(np.any(x != y) for x, y in zip(_leaves(init), _leaves(trained.model)))
 
 
@@ -93,9 +95,9 @@ def test_shared_init_and_with_loops(trained, problems):
     # count get bitwise the same weights, the constructor's up to float32 round-off (a
     # fused program may contract operations differently), and the config asked for.
     key = jr.PRNGKey(7)
-    direct = fd.LoopedTransformer(TINY, key=key)
-    other = fd.LoopedConfig(**{**vars(TINY), "entropy": fd.Tsallis(1.5), "n_loops": 5})
-    built = [fd.init_looped(cfg, key) for cfg in (TINY, other)]
+    direct = wt.LoopedTransformer(TINY, key=key)
+    other = wt.LoopedConfig(**{**vars(TINY), "entropy": fd.Tsallis(1.5), "n_loops": 5})
+    built = [wt.init_looped(cfg, key) for cfg in (TINY, other)]
     for cfg, b in zip((TINY, other), built):
         assert b.config == cfg
     for x, y, z in zip(_leaves(direct), _leaves(built[0]), _leaves(built[1])):
@@ -108,8 +110,8 @@ def test_shared_init_and_with_loops(trained, problems):
         np.testing.assert_array_equal(x, y)
     same = trained.model.with_loops(TINY.n_loops)
     np.testing.assert_array_equal(
-        np.asarray(fd.extract_paths(same, problems).attn),
-        np.asarray(fd.extract_paths(trained.model, problems).attn))
+        np.asarray(wt.extract_paths(same, problems).attn),
+        np.asarray(wt.extract_paths(trained.model, problems).attn))
 
 
 def test_extraction_shapes_rows_and_scores(trained, problems, paths):
@@ -133,7 +135,7 @@ def test_extraction_shapes_rows_and_scores(trained, problems, paths):
     np.testing.assert_allclose(np.asarray(paths.logits[L]), np.asarray(direct), atol=1e-10)
     assert paths.accuracy.shape == (n + 1,)
     # every row of every token, same loops; the query's row is the last one
-    full = fd.extract_paths(model, problems, n, dtype=jnp.float64, all_rows=True)
+    full = wt.extract_paths(model, problems, n, dtype=jnp.float64, all_rows=True)
     assert full.attn.shape == (n + 1, 6, TINY.n_heads, TINY.n_ctx, TINY.n_ctx)
     np.testing.assert_array_equal(np.asarray(full.attn[..., -1, :]), attn)
     np.testing.assert_allclose(np.asarray(full.attn).sum(-1), 1.0, rtol=0, atol=1e-12)
@@ -152,7 +154,7 @@ def test_first_loop_attention_is_fd_attention(trained, problems, paths):
         def split(w):
             return jax.vmap(w)(y).reshape(-1, TINY.n_heads, TINY.d_head).swapaxes(0, 1)
 
-        return fd.attention_weights(split(m.wq), split(m.wk), ENTROPY)[:, -1]
+        return fd.attention_weights(split(m.wq), split(m.wk), entropy=ENTROPY)[:, -1]
 
     rows = jax.vmap(first_rows)(tokens)
     np.testing.assert_allclose(np.asarray(paths.attn[0]), np.asarray(rows), rtol=0, atol=1e-12)
@@ -160,8 +162,8 @@ def test_first_loop_attention_is_fd_attention(trained, problems, paths):
 
 def test_config_validation():
     with pytest.raises(ValueError, match="divisible"):
-        fd.LoopedConfig(d_model=10, n_heads=3)
+        wt.LoopedConfig(d_model=10, n_heads=3)
     with pytest.raises(TypeError, match="entropy"):
-        fd.LoopedConfig(entropy="shannon")
+        wt.LoopedConfig(entropy="shannon")
     with pytest.raises(ValueError, match="corrupt"):
-        fd.recall_task(jr.PRNGKey(0), 2, 3, 4, 0.5)
+        wt.recall_task(jr.PRNGKey(0), 2, 3, 4, 0.5)

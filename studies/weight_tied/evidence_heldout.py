@@ -34,20 +34,23 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from .._custom_types import ArrayLike, Bool, Float
-from .._dynamics import simulate
-from .._entropies import AbstractEntropy
-from .._results import RESULTS
-from .._stationary import stationary
-from ._evidence import Interval, bootstrap_ci
-from ._geometry import fisher_rao_distance, geodesic_interpolation
+from jaxtyping import ArrayLike, Bool, Float
+
+from fisherdyn import (
+    RESULTS,
+    AbstractEntropy,
+    fisher_rao_distance,
+    geodesic_interpolation,
+    simulate,
+    stationary,
+)
+
+from .jit import RUN_ONCE
+from .verdict import Interval, bootstrap_ci
 
 __all__ = ["HeldoutPrediction", "heldout_prediction", "METHODS"]
 
 METHODS = ("fisher", "linear", "constant", "geodesic")
-# XLA level 0: the same numbers to round-off, about half the compile time of a program
-# that runs once
-_FAST_COMPILE = dict(compiler_options={"xla_backend_optimization_level": 0})
 FLOOR = 1e-9  # weights are mixed with this much of uniform so that logs and G stay finite
 
 
@@ -172,7 +175,7 @@ def _fit_program(guesses, entropy, scores, rho0, init_vel, ts, target, *, kind, 
 
 
 @functools.partial(jax.jit, static_argnames=("max_steps", "readout", "solver", "rtol"),
-                   **_FAST_COMPILE)
+                   **RUN_ONCE)
 def _predict_program(pf, pl, entropy, scores, rho0, v0, dz0, ts, *, max_steps, readout,
                      solver, rtol):
     """Both fitted models' paths of every problem at the times `ts`."""

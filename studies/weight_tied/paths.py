@@ -9,11 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._custom_types import Array, ArrayLike, Float, Int
-from .._entropies import AbstractEntropy
-from .._misc import RUN_ONCE
-from ._model import LoopedTransformer
-from ._task import PointerBatch, RecallBatch, task_batch
+from jaxtyping import Array, ArrayLike, Float, Int
+
+from fisherdyn import AbstractEntropy
+
+from .jit import RUN_ONCE
+from .model import LoopedTransformer
+from .task import PointerBatch, RecallBatch, task_batch
 
 __all__ = ["LoopedPaths", "extract_paths", "evaluate_looped"]
 

@@ -2,7 +2,7 @@
 Fisher-Lagrangian dynamics, with depth as continuous time? Four falsifiable tests,
 replicated over seeds, with a verdict whose criteria are fixed in code before the data.
 
-Every model is trained on multi-hop pointer chasing (`fisherdyn.pointer_task`: the query
+Every model is trained on multi-hop pointer chasing (`pointer_task`: the query
 must follow `hops` links, so attention has to move between keys across loops) with
 fixed-point (DEQ-style) training over random loop counts in [L, 3L]. The unit of replication
 is the trained model: `seeds` models per group. Groups:
@@ -35,10 +35,10 @@ Per model, on `problems` pointer problems (half fit, half held out), every head:
    equal-parameter linear score dynamics.
 The fixed point is reported after 4L loops on every problem (residual, spread from random
 initial states) and after `fp_loops`, where the loop map is linearized.
-`fisherdyn.verdict` reads the bootstrap intervals over seeds (at `CRITERION_LEVEL`); if the
+`verdict` reads the bootstrap intervals over seeds (at `CRITERION_LEVEL`); if the
 controls do not come out as they must, every overall answer is INCONCLUSIVE.
 
-    python studies/weight_tied.py [--quick] [--out figures] [--workers 2]
+    python studies/weight_tied [--quick] [--out figures] [--workers 2]
 
 The models are trained and measured in two spawned worker processes, longest first
 (`--workers`); the results do not depend on how many. Weights are cached
@@ -53,7 +53,18 @@ import os
 import time
 
 import numpy as np
-from _common import draw_table, setup, write_outputs
+from _common import setup, write_outputs
+
+from .evidence_heldout import METHODS, heldout_prediction
+from .evidence_paths import depth_convergence, mobility_regression
+from .evidence_response import linear_response
+from .figures import fig_paths, figure, fmt_iv
+from .fixed_point import fixed_point_report
+from .model import LoopedConfig, init_looped
+from .paths import evaluate_looped, extract_paths
+from .task import pointer_task, task_batch
+from .training import train_looped
+from .verdict import CRITERION_LEVEL, bootstrap_ci, verdict
 
 NAME = "weight_tied"
 
@@ -70,8 +81,8 @@ QUICK = dict(seeds=2, steps=dict(normalizer=40, control=40), batch=32, eval_batc
              positive_families=("shannon",), control_family="shannon", identify=False)
 # The positive control starts near the overdamped limit, m omega^2 / gamma^2 <~ 0.2 for the
 # stiffest modes, where the mobility law of test 2 holds (with inertia the log rates grow
-# faster than the mobility: m/gamma = 0.3 measured a slope of 1.19); 8 RK4 substeps keep
-# gamma/m = 50 stable (h gamma/m = 1.6). The linear control's (a, b) start at 1/0.3.
+# faster than the mobility); 8 RK4 substeps keep gamma/m = 50 stable (h gamma/m = 1.6).
+# The linear control's (a, b) start at 1/0.3.
 POSITIVE = dict(mass=0.02, damping=1.0, substeps=8)
 LINEAR = dict(mass=0.3, damping=1.0)
 DEQ = dict(residual_penalty=0.1)
@@ -102,20 +113,20 @@ def groups(fd, S):
     for fam in S["families"]:
         e = make_entropy(fd, fam)
         out.append(dict(name=f"{e.name} transformer", role="normalizer", entropy=e,
-                        config=fd.LoopedConfig(entropy=e, **MODEL), trained=True))
+                        config=LoopedConfig(entropy=e, **MODEL), trained=True))
     for fam in S["positive_families"]:
         e = make_entropy(fd, fam)
         out.append(dict(name=f"positive: {e.name} Fisher loop", role="positive", entropy=e,
-                        config=fd.LoopedConfig(loop_kind="fisher", entropy=e,
+                        config=LoopedConfig(loop_kind="fisher", entropy=e,
                                                frozen_scores=True, **POSITIVE, **MODEL),
                         trained=True))
     e = make_entropy(fd, S["control_family"])
     frozen = dict(entropy=e, frozen_scores=True, **MODEL)
     out.append(dict(name=f"negative: {e.name} linear loop", role="negative", entropy=e,
-                    config=fd.LoopedConfig(loop_kind="linear", **LINEAR, **frozen),
+                    config=LoopedConfig(loop_kind="linear", **LINEAR, **frozen),
                     trained=True))
     out.append(dict(name=f"negative: {e.name} untrained", role="negative", entropy=e,
-                    config=fd.LoopedConfig(entropy=e, **MODEL), trained=False))
+                    config=LoopedConfig(entropy=e, **MODEL), trained=False))
     return out
 
 
@@ -126,13 +137,13 @@ def get_model(fd, S, g, seed):
 
     cfg = g["config"]
     if not g["trained"]:
-        model = fd.init_looped(cfg, jr.PRNGKey(seed))
-        return model, fd.evaluate_looped(model, jr.PRNGKey(10_000 + seed), S["eval_batch"]), True
+        model = init_looped(cfg, jr.PRNGKey(seed))
+        return model, evaluate_looped(model, jr.PRNGKey(10_000 + seed), S["eval_batch"]), True
     L = cfg.n_loops
     steps = S["steps"]["normalizer" if g["role"] in ("normalizer", "task") else "control"]
     print(f"[{NAME}] {g['name']} seed {seed}: started ({steps} training steps unless the "
           "weights are cached)", flush=True)
-    tr = fd.train_looped(cfg, seed=seed, steps=steps, batch=S["batch"],
+    tr = train_looped(cfg, seed=seed, steps=steps, batch=S["batch"],
                          eval_batch=S["eval_batch"], loops=(L, DEQ_RANGE * L),
                          progress=False, **DEQ)
     return tr.model, tr.accuracy, tr.from_cache
@@ -142,7 +153,7 @@ def task_control_group(fd):
     """The task control: a Shannon transformer as in the study, trained on one-hop recall."""
     e = fd.Shannon()
     return dict(name="task control: Shannon transformer, one-hop recall", role="task",
-                entropy=e, config=fd.LoopedConfig(entropy=e, **dict(MODEL, **TASK_CONTROL)),
+                entropy=e, config=LoopedConfig(entropy=e, **dict(MODEL, **TASK_CONTROL)),
                 trained=True)
 
 
@@ -150,14 +161,14 @@ def accuracy_by_loop(fd, model, seed, n_problems):
     """Held-out accuracy on the model's own task after each loop 0..L, (L + 1,)."""
     import jax.random as jr
 
-    data = fd.task_batch(model.config, jr.PRNGKey(20_000 + seed), n_problems)
-    return np.asarray(fd.extract_paths(model, data, model.n_loops).accuracy)
+    data = task_batch(model.config, jr.PRNGKey(20_000 + seed), n_problems)
+    return np.asarray(extract_paths(model, data, model.n_loops).accuracy)
 
 
 def depth_need(fd, curves, level):
     """Accuracy gained from loop 1 to loop L, an interval over the seeds' curves."""
     gains = np.array([c[-1] - c[1] for c in curves])
-    return fd.bootstrap_ci(gains, level=level)
+    return bootstrap_ci(gains, level=level)
 
 
 def to_f64(model):
@@ -176,7 +187,7 @@ def timeline(fd, model, batch, n):
     which is prepended at t = 0."""
     import jax.numpy as jnp
 
-    lp = fd.extract_paths(model, batch, n, dtype=jnp.float64)
+    lp = extract_paths(model, batch, n, dtype=jnp.float64)
     attn = np.moveaxis(np.asarray(lp.attn), 0, 2)  # (P, H, n+1, N)
     scores = np.moveaxis(np.asarray(lp.scores), 0, 2)
     t = np.asarray(lp.t)
@@ -199,13 +210,13 @@ def depth_paths(fd, model, batch):
 def response(fd, model, tokens, S):
     """Linear response at the state after `fp_loops` loops: per (problem, head) the
     `LinearResponse`, and the fixed-point diagnostics."""
-    rep = fd.fixed_point_report(model, tokens[:S["n_jacobian"]], S["fp_loops"],
+    rep = fixed_point_report(model, tokens[:S["n_jacobian"]], S["fp_loops"],
                                 n_jacobian=S["n_jacobian"])
     out = []
     for k in range(rep.jacobian.shape[0]):
         for h in range(model.n_heads):
             try:
-                lr = fd.linear_response(rep.jacobian[k], rep.attn[k, h], model.entropy,
+                lr = linear_response(rep.jacobian[k], rep.attn[k, h], model.entropy,
                                         model.T, step=model.dt, readout=rep.attn_jacobian[k, h],
                                         scores=rep.scores[k, h])
             except ValueError as err:  # e.g. a one-key fixed point: no tangent modes
@@ -229,7 +240,7 @@ def measure(fd, S, g, model, batch, seed):
     d["lr"] = lrs
     # the fixed point as trained for: every problem after 4L loops (the linearization's state
     # is the one after fp_loops, further settled)
-    rep4 = fd.fixed_point_report(m64, tokens, 4 * L, n_jacobian=0)
+    rep4 = fixed_point_report(m64, tokens, 4 * L, n_jacobian=0)
     d["fixed_point"] = dict(residual_4L=float(np.median(rep4.residual)),
                             carry_residual_4L=(None if rep4.carry_residual is None
                                                else float(np.median(rep4.carry_residual))),
@@ -242,7 +253,7 @@ def measure(fd, S, g, model, batch, seed):
     # held-out prediction, one fit per head
     train = np.arange(P) < P // 2
     velocity = "zero" if model.loop is not None else "difference"
-    d["heldout"] = per_head(lambda h: fd.heldout_prediction(
+    d["heldout"] = per_head(lambda h: heldout_prediction(
         attn[:, h, :L + 1], t[:L + 1], z_star[:, h], g["entropy"], train=train,
         n_early=L // 2 + 1, velocity=velocity, linear_readout="family", seed=seed, **HELDOUT),
         model.n_heads)
@@ -270,7 +281,7 @@ def identify(fd, g, d, S, L):
         if e.name == g["entropy"].name:
             hps = d["heldout"]
         else:
-            hps = per_head(lambda h, e=e: fd.heldout_prediction(
+            hps = per_head(lambda h, e=e: heldout_prediction(
                 d["attn"][:, h, :L + 1], d["t"][:L + 1], d["z_star"][:, h], e, train=train,
                 n_early=L // 2 + 1, velocity=d["velocity"], linear_readout="family",
                 **HELDOUT), d["attn"].shape[1])
@@ -281,8 +292,6 @@ def identify(fd, g, d, S, L):
 def heldout_interval(fd, ds, level):
     """Held-out rms of the Fisher model over the best baseline, bootstrapped over seeds:
     the held-out problems of every head pooled per seed."""
-    from fisherdyn._weight_tied._evidence_heldout import METHODS
-
     per_unit = []
     for d in ds:
         rows = np.concatenate([np.stack([hp.per_problem[k] for k in METHODS], -1)
@@ -295,13 +304,13 @@ def heldout_interval(fd, ds, level):
         return float(means[0] / means[1:].min())
 
     means = per_unit[:, :4].sum(0) / per_unit[:, 4].sum()
-    return fd.bootstrap_ci(per_unit, ratio, level=level), dict(zip(METHODS, means))
+    return bootstrap_ci(per_unit, ratio, level=level), dict(zip(METHODS, means))
 
 
 def analyse(fd, g, ds, level):
     """The four intervals of one group (its seeds are the units) and what the figures need."""
     seeds = np.concatenate([np.full(d["depth"][0].shape[0], i) for i, d in enumerate(ds)])
-    dc = fd.depth_convergence(*[np.concatenate([d["depth"][k] for d in ds]) for k in range(3)],
+    dc = depth_convergence(*[np.concatenate([d["depth"][k] for d in ds]) for k in range(3)],
                               units=seeds, level=level)
     e = g["entropy"]
     L = ds[0]["attn"].shape[2] // 4
@@ -311,12 +320,12 @@ def analyse(fd, g, ds, level):
                                                                      d["attn"].shape[-1])
                                 for d in ds])
         zs = np.concatenate([d["z_star"].reshape(-1, d["z_star"].shape[-1]) for d in ds])
-        mob = fd.mobility_regression(paths, ds[0]["t"][:2 * L + 1], zs, e,
+        mob = mobility_regression(paths, ds[0]["t"][:2 * L + 1], zs, e,
                                      float(ds[0]["T"]), units=seeds, level=level,
                                      min_spread=MOBILITY_MIN_SPREAD)
     lr_unit = np.array([np.nanmean([lr.max_error if lr is not None else np.nan
                                     for lr in d["lr"]]) for d in ds])
-    lr_iv = fd.bootstrap_ci(lr_unit, level=level)
+    lr_iv = bootstrap_ci(lr_unit, level=level)
     ho_iv, ho_means = heldout_interval(fd, ds, level)
     # N/A where the regressor does not vary (Shannon) or too little to identify a slope
     identified = mob is not None and np.isfinite(mob.slope.estimate)
@@ -332,13 +341,6 @@ def iv_json(iv):
         return None
     return dict(estimate=iv.estimate, low=iv.low, high=iv.high, level=iv.level,
                 units=iv.n_units)
-
-
-def fmt_iv(iv, digits=3):
-    if iv is None:
-        return "N/A"
-    f = lambda x: "inf" if np.isinf(x) else f"{x:.{digits}g}"  # noqa: E731
-    return f"{f(iv.estimate)} [{f(iv.low)}, {f(iv.high)}]"
 
 
 # Models run longest first, so that the workers end together (the order of a measured cold
@@ -366,7 +368,7 @@ def model_job(index, seed, quick):
     if g["role"] == "task":
         d = dict(accuracy=acc)
     else:
-        batch = fd.pointer_task(jr.PRNGKey(2024), S["problems"], cfg.n_pairs, cfg.hops,
+        batch = pointer_task(jr.PRNGKey(2024), S["problems"], cfg.n_pairs, cfg.hops,
                                 cfg.dim)
         d = measure(fd, S, g, model, batch, seed)
         d.update(accuracy=acc, seed=seed, T=model.T, params=model.dynamics_parameters())
@@ -439,7 +441,7 @@ def main(argv=None):
     S = QUICK if args.quick else FULL
     if args.workers is None:
         args.workers = 1 if args.quick else min(2, os.cpu_count() or 1)
-    level = fd.CRITERION_LEVEL
+    level = CRITERION_LEVEL
     G = groups(fd, S)
     cfg0 = G[0]["config"]
     L = cfg0.n_loops
@@ -457,7 +459,7 @@ def main(argv=None):
     task_curves = [d["accuracy_by_loop"] for d in ds_of[-1]]
 
     # --------------------------------------------------------------------- verdicts
-    verdicts = {g["name"]: fd.verdict(a["intervals"]) for g, _, a in results}
+    verdicts = {g["name"]: verdict(a["intervals"]) for g, _, a in results}
     pos = [g["name"] for g in G if g["role"] == "positive"]
     neg = [g["name"] for g in G if g["role"] == "negative"]
     pos_ok = all(verdicts[n].overall == "YES" for n in pos)
@@ -472,7 +474,7 @@ def main(argv=None):
         ledger.check(f"{n}: criteria saying NO", min(1, sum(
             v == "NO" for v in verdicts[n].decisions.values())), 1, tol=0,
             explain="negative control: at least one criterion must say NO")
-    final = {g["name"]: fd.verdict(a["intervals"], controls_ok=controls_ok)
+    final = {g["name"]: verdict(a["intervals"], controls_ok=controls_ok)
              for g, _, a in results if g["role"] == "normalizer"}
 
     # the task control: pointer chasing needs depth, one-hop recall does not
@@ -574,7 +576,7 @@ def main(argv=None):
                               task["name"]: [c.tolist() for c in task_curves]},
             gain={n: iv_json(iv) for n, iv in need.items()}),
     )
-    fig = figure(plt, fd, table_rows, controls_ok, level, L, cfg0)
+    fig = figure(plt, table_rows, controls_ok, level, L, cfg0, MOBILITY_MIN_SPREAD)
     write_outputs(args, ledger, fig, title="Weight-tied attention against the Fisher "
                   "dynamics: controls, replication, four tests, a verdict",
                   caption=("Per group (rows) the four pre-registered criteria with "
@@ -582,153 +584,4 @@ def main(argv=None):
                            "convergence, mobility regression, predicted against measured "
                            "mode rates, and measured against predicted held-out paths."),
                   data=data, images=[f"{NAME}.png", f"{NAME}_paths.png"])
-    fig_paths(plt, table_rows, L, args.out, data["task_control"])
-
-
-SHORT = {"depth_convergence": "depth", "mobility_slope": "mobility",
-         "linear_response": "lin. resp.", "heldout": "held-out"}
-
-
-def figure(plt, fd, rows, controls_ok, level, L, cfg):
-    fig = plt.figure(figsize=(14, 11))
-    gsp = fig.add_gridspec(3, 3, height_ratios=[1.1, 1, 1])
-    ax = fig.add_subplot(gsp[0, :])
-    header = ["group (seeds)", "accuracy"] + [SHORT[c.name] for c in fd.CRITERIA] + ["overall"]
-    body = []
-    for g, ds, a, v in rows:
-        body.append([f"{g['name']} ({len(ds)})", f"{np.mean([d['accuracy'] for d in ds]):.2f}"]
-                    + [("N/A" if v.intervals[c.name] is None else
-                        f"{fmt_iv(v.intervals[c.name], 2)} {v.decisions[c.name]}")
-                       for c in fd.CRITERIA] + [v.overall])
-    draw_table(ax, header, body, fontsize=7, col_widths=[0.2, 0.05, 0.16, 0.16, 0.16,
-                                                         0.16, 0.11], title=(
-        f"Pre-registered criteria, {100 * level:.2f}% bootstrap intervals over seeds "
-        f"(YES: depth >= 1.5, mobility in [0.75, 1.25], lin. resp. <= 0.2, held-out <= 0.9)"
-        + ("" if controls_ok else " - CONTROLS FAILED: answers INCONCLUSIVE")))
-    # depth convergence curves
-    ax = fig.add_subplot(gsp[1, 0])
-    for i, (g, ds, a, v) in enumerate(rows):
-        dc = a["depth"]
-        tt = np.arange(1, len(dc.curve_L_2L) + 1) * cfg.step / L
-        line, = ax.semilogy(tt, dc.curve_L_2L, "-", color=f"C{i}", label=g["name"])
-        ax.semilogy(tt, dc.curve_2L_4L, "--", color=line.get_color())
-    ax.set(xlabel="depth t", ylabel="Fisher-Rao rms gap",
-           title="gap(L, 2L) solid, gap(2L, 4L) dashed")
-    ax.legend(fontsize=6)
-    # mobility regression
-    ax = fig.add_subplot(gsp[1, 1])
-    for i, (g, ds, a, v) in enumerate(rows):
-        mob = a["mobility"]
-        if mob is None:
-            continue
-        x, y = mob.x, mob.y
-        lab = (f"slope {fmt_iv(mob.slope)}" if np.isfinite(mob.slope.estimate) else
-               f"spread {mob.spread:.3f} < {MOBILITY_MIN_SPREAD}: slope not identified")
-        ax.plot(x, y - np.mean(y) + np.mean(x), ".", ms=2, alpha=0.3, color=f"C{i}",
-                label=f"{g['name']}: {lab}")
-    if not any(a["mobility"] is not None for _, _, a, _ in rows):
-        ax.text(0.5, 0.5, "not applicable: every group is Shannon (rho G' = 1)",
-                transform=ax.transAxes, ha="center", fontsize=8)
-    lim = ax.get_xlim()
-    ax.plot(lim, lim, "k-", lw=0.8, label="slope 1 (own Fisher flow)")
-    ax.set(xlabel="log(T rho G'(rho))", ylabel="log rate of approach (centred)",
-           title="score-space mobility (points centred per group)")
-    ax.legend(fontsize=6)
-    # predicted against measured mode rates
-    ax = fig.add_subplot(gsp[1, 2])
-    for i, (g, ds, a, v) in enumerate(rows):
-        meas, pred = [], []
-        for d in ds:
-            for lr in d["lr"]:
-                if lr is None:
-                    continue
-                ok = np.isfinite(lr.predicted.real)
-                meas.append(-lr.measured.real[ok]), pred.append(-lr.predicted.real[ok])
-        if meas:
-            ax.loglog(np.concatenate(pred), np.concatenate(meas), ".", ms=3, color=f"C{i}",
-                      label=g["name"])
-    lim = ax.get_xlim()
-    ax.plot(lim, lim, "k-", lw=0.8)
-    ax.set(xlabel="predicted decay rate (relaxation_spectrum)",
-           ylabel="measured decay rate (loop Jacobian)",
-           title="linear response (a group whose slowest mode does\nnot decay has no "
-                 "prediction: error 1, not drawn)")
-    ax.legend(fontsize=6)
-    # held-out rms per method
-    ax = fig.add_subplot(gsp[2, :2])
-    methods = ("fisher", "linear", "constant", "geodesic")
-    w = 0.8 / len(methods)
-    for j, meth in enumerate(methods):
-        ax.bar(np.arange(len(rows)) + j * w, [a["heldout_means"][meth] for _, _, a, _ in rows],
-               w, label=meth)
-    ax.set_xticks(np.arange(len(rows)) + 0.4 - w / 2)
-    ax.set_xticklabels([g["name"] for g, *_ in rows], fontsize=7, rotation=12)
-    ax.set_yscale("log")
-    ax.set(ylabel="held-out Fisher-Rao rms", title="held-out prediction (later loops of "
-           "held-out problems; log scale)")
-    ax.legend(fontsize=7)
-    # spectral radius
-    ax = fig.add_subplot(gsp[2, 2])
-    for i, (g, ds, a, v) in enumerate(rows):
-        r = [d["fixed_point"]["spectral_radius"] for d in ds]
-        ax.plot(np.full(len(r), i), r, "o", color=f"C{i}")
-    ax.axhline(1, color="k", lw=0.8)
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([str(i) for i in range(len(rows))])
-    ax.set(xlabel="group (table order)", ylabel="spectral radius of the loop map",
-           title="spectral radius of the whole loop map\n(residual stream included)")
-    fig.tight_layout()
-    return fig
-
-
-def fig_paths(plt, rows, L, out, task):
-    """Attention on the key that holds the most weight at loop L: measured (held-out
-    problems of seed 0, head 0: median, 10-90% band, three examples) against the fitted
-    Fisher model's prediction; last panel, the task control's accuracy by loop."""
-    fig, axes = plt.subplots(2, (len(rows) + 2) // 2, figsize=(14, 7.5), squeeze=False)
-    for ax, (g, ds, a, v) in zip(axes.ravel(), rows):
-        d = ds[0]
-        hp = d["heldout"][0]
-        P = d["attn"].shape[0]
-        idx = np.flatnonzero(np.arange(P) >= P // 2)
-        t = d["t"][:L + 1]
-        path = d["attn"][idx, 0, :L + 1]
-        key = np.argmax(path[:, -1], -1)
-        rows_ = np.arange(len(idx))
-        meas = path[rows_, :, key]
-        pred = hp.predictions["fisher"][idx][rows_, :, key]
-        for y, c, lab in ((meas, "k", "measured"), (pred, "C3", "Fisher fit")):
-            lo, mid, hi = np.quantile(y, [0.1, 0.5, 0.9], axis=0)
-            ax.plot(t, mid, "-", color=c, lw=2, label=f"{lab} (median, 10-90%)")
-            ax.fill_between(t, lo, hi, color=c, alpha=0.15)
-        for j in range(min(3, len(idx))):
-            ax.plot(t, meas[j], "o", color="k", ms=3)
-            ax.plot(t, pred[j], "-", color="C3", lw=0.8)
-        ax.axvline(t[L // 2], color="gray", ls=":", lw=0.8)
-        ax.set(title=f"{g['name']}: {v.overall}", xlabel="depth t", ylim=(0, 1),
-               ylabel="weight of the final top key")
-        ax.legend(fontsize=6, loc="lower right")
-    ax = axes.ravel()[len(rows)]
-    for i, (name, curves) in enumerate(task["accuracy_by_loop"].items()):
-        c = np.array(curves)
-        iv = task["gain"][name]
-        recall = name == task["name"]
-        ax.plot(np.arange(c.shape[1]), c.mean(0), "s--" if recall else "o-",
-                color="k" if recall else f"C{i}", label=(
-                    f"{name.replace(' transformer', '')}: gain {iv['estimate']:.2f} "
-                    f"[{iv['low']:.2f}, {iv['high']:.2f}]"))
-    ax.set(xlabel="loop l", ylabel="held-out accuracy (mean over seeds)", ylim=(0, 1.02),
-           title="task control: accuracy by loop,\npointer (solid), one-hop recall (dashed)")
-    ax.legend(fontsize=6, loc="lower right")
-    for ax in axes.ravel()[len(rows) + 1:]:
-        ax.axis("off")
-    fig.suptitle("Held-out problems: the fit sees loops left of the dotted line and predicts "
-                 "the rest (dots: three measured examples, thin lines: their predictions); "
-                 "last panel: the task control", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / f"{NAME}_paths.png", dpi=110)
-    plt.close(fig)
-
-
-if __name__ == "__main__":
-    main()
+    fig_paths(plt, table_rows, L, args.out, data["task_control"], NAME)

@@ -1,8 +1,7 @@
-"""The weight-tied study's models, tasks and training: the pointer-chasing task, the
-carried-attention controls (Fisher dynamics, linear score dynamics), fixed-point training
-and its diagnostics.
-
-Imports from the private modules until the names are exported.
+"""The weight-tied study's models, tasks and training (`studies/weight_tied`): the
+pointer-chasing task, the carried-attention controls (Fisher dynamics, linear score
+dynamics) inside the looped model, fixed-point training and its diagnostics. The carried
+layers and their dynamics alone are library tests: tests/test_fisher_loop.py.
 """
 
 import dataclasses
@@ -14,10 +13,11 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
+import weight_tied as wt
 
 import fisherdyn as fd
-from fisherdyn._weight_tied._model import LoopedConfig, init_looped
-from fisherdyn._weight_tied._task import PointerBatch, pointer_task, task_batch
+from weight_tied.model import LoopedConfig, init_looped
+from weight_tied.task import PointerBatch, pointer_task, task_batch
 
 
 def _follow(tokens, dim, hops):
@@ -108,44 +108,7 @@ def test_config_selects_task():
 # ---------------------------------------------------------------------------------------
 # positive control: the attention is the damped Fisher-Lagrangian dynamics
 
-from fisherdyn._weight_tied._fisher_loop import (  # noqa: E402
-    FisherLoop,
-    fisher_loop_step,
-    linear_score_dynamics,
-)
-
-# Kaniadakis compiles its own simulate program: in the slow suite only
-FISHER_FAMILIES = [fd.Shannon(), fd.Tsallis(1.5),
-                   pytest.param(fd.Kaniadakis(0.3), marks=pytest.mark.slow)]
-
-
-@pytest.mark.parametrize("entropy", FISHER_FAMILIES, ids=["Shannon", "Tsallis", "Kaniadakis"])
-def test_fisher_loop_matches_simulate_at_fixed_scores(entropy):
-    # Reference: fd.simulate (adaptive Tsit5, rtol 1e-10) of the same family and (m, gamma, T)
-    # from uniform weights at rest, saved at the loop times t_l = l dt. Tolerance 1e-6 on the
-    # weights: RK4 with h = dt/8 = 1/32 has a global error ~ h^4 * (rate)^4 * t ~ 1e-7 for
-    # these rates (|z| <= 2, m = 0.5, gamma = 0.8, T = 0.7).
-    n, L, dt = 6, 8, 0.25
-    scores = jr.normal(jr.PRNGKey(0), (n,), jnp.float64)
-    m, gam, T = 0.5, 0.8, 0.7
-    loop = FisherLoop(1, m, gam, None, jnp.float64, substeps=8)
-    state = loop.init_state((1, 1, n), jnp.float64)
-    z = scores[None, None]
-    Tv = jnp.full((1,), T)
-    step = jax.jit(lambda s: loop.advance(s, z, entropy, Tv, dt))
-    rows = [loop.weights(state, entropy, Tv)[0, 0]]
-    for _ in range(L):
-        state = step(state)
-        rows.append(loop.weights(state, entropy, Tv)[0, 0])
-    ours = np.asarray(jnp.stack(rows))
-    np.testing.assert_allclose(np.asarray(loop.mass), m, rtol=1e-12)
-    np.testing.assert_allclose(np.asarray(loop.damping), gam, rtol=1e-12)
-    ts = jnp.arange(L + 1, dtype=jnp.float64) * dt
-    ref = fd.simulate(entropy, scores, T, mass=m, damping=gam, t1=L * dt, saveat=ts,
-                      rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(ours, np.asarray(ref.rho), rtol=0, atol=1e-6)
-    # the dynamics moved the weights (the comparison is not uniform against uniform)
-    assert np.max(np.abs(ours[-1] - 1 / n)) > 0.05
+from fisherdyn import FisherLoop, linear_score_dynamics  # noqa: E402
 
 
 def _f64(model):
@@ -175,7 +138,7 @@ def test_fisher_model_attention_follows_simulate_piecewise():
     # Tolerance 1e-6 (RK4 with 6 substeps of 0.25/6, as above).
     cfg = FISHER_TINY
     model = _f64(init_looped(cfg, jr.PRNGKey(1)))
-    paths = fd.extract_paths(model, _pointer_problems(cfg), dtype=jnp.float64)
+    paths = wt.extract_paths(model, _pointer_problems(cfg), dtype=jnp.float64)
     assert paths.loop_kind == "fisher"
     np.testing.assert_allclose(np.asarray(paths.attn_t), np.asarray(paths.t) + model.dt)
     par = model.dynamics_parameters()
@@ -207,7 +170,7 @@ def test_frozen_score_fisher_model_is_one_relaxation_and_its_modes_are_the_spect
     cfg = dataclasses.replace(FISHER_TINY, frozen_scores=True, entropy=fd.Kaniadakis(0.3))
     model = _f64(init_looped(cfg, jr.PRNGKey(1)))
     probs = _pointer_problems(cfg)
-    paths = fd.extract_paths(model, probs, dtype=jnp.float64)
+    paths = wt.extract_paths(model, probs, dtype=jnp.float64)
     z = paths.scores[0, 0]
     np.testing.assert_allclose(np.asarray(paths.scores[:, 0]),
                                np.broadcast_to(np.asarray(z), paths.scores[:, 0].shape),
@@ -218,10 +181,10 @@ def test_frozen_score_fisher_model_is_one_relaxation_and_its_modes_are_the_spect
                          saveat=jnp.asarray(ts), rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(np.asarray(paths.attn[:, 0, h]), np.asarray(tr.rho),
                                    rtol=0, atol=1e-6)
-    rep = fd.fixed_point_report(model, probs.tokens[:1], 400, n_inits=1)
+    rep = wt.fixed_point_report(model, probs.tokens[:1], 400, n_inits=1)
     assert float(rep.carry_residual[0]) < 1e-8
     for h in range(cfg.n_heads):
-        lr = fd.linear_response(rep.jacobian[0], rep.attn[0, h], cfg.entropy, model.T,
+        lr = wt.linear_response(rep.jacobian[0], rep.attn[0, h], cfg.entropy, model.T,
                                 step=model.dt, readout=rep.attn_jacobian[0, h],
                                 scores=rep.scores[0, h])
         assert lr.max_error < 1e-4, lr.errors
@@ -229,35 +192,12 @@ def test_frozen_score_fisher_model_is_one_relaxation_and_its_modes_are_the_spect
         np.testing.assert_allclose(lr.damping, 0.9, rtol=1e-4)
 
 
-def test_fisher_loop_step_gradients_match_finite_differences():
-    # Reference: central finite differences (step 1e-6, float64: truncation ~1e-12,
-    # agreement 1e-6 relative) of a weighted sum of the weights after one loop, in the
-    # mass, the damping and one score.
-    n = 5
-    z = jr.normal(jr.PRNGKey(8), (n,), jnp.float64)
-    w = jr.normal(jr.PRNGKey(9), (n,), jnp.float64)
-    x0 = jnp.sqrt(jax.nn.softmax(jr.normal(jr.PRNGKey(10), (n,), jnp.float64)))
-
-    @jax.jit
-    def f(p):
-        x, _ = fisher_loop_step(fd.Tsallis(1.5), x0, jnp.zeros(n), z.at[0].add(p[2]), 0.7,
-                                p[0], p[1], 0.25, 4)
-        return jnp.sum(w * x * x)
-
-    p = jnp.array([0.6, 0.9, 0.0])
-    g = np.asarray(jax.jit(jax.grad(f))(p))
-    assert np.all(np.isfinite(g)) and np.all(g != 0)
-    h = 1e-6
-    fdiff = [(float(f(p.at[i].add(h))) - float(f(p.at[i].add(-h)))) / (2 * h) for i in range(3)]
-    np.testing.assert_allclose(g, fdiff, rtol=1e-6, atol=1e-10)
-
-
 @pytest.mark.slow
 def test_fisher_model_trains_with_finite_gradients():
     # Reference: finite differences of the loss in the learned mass of head 0 (central,
     # step 1e-5, float64: truncation ~1e-10, agreement to 1e-5 relative); every gradient
     # leaf finite and the dynamics parameters' gradients nonzero.
-    from fisherdyn._weight_tied._training import _loss_fn
+    from weight_tied.training import _loss_fn
 
     cfg = FISHER_TINY
     model = _f64(init_looped(cfg, jr.PRNGKey(1)))
@@ -283,40 +223,6 @@ def test_fisher_model_trains_with_finite_gradients():
 # negative control: linear second-order dynamics in score space
 
 
-def _oscillator(u0, v0, a, b, t):
-    """Closed form of u'' + b u' + a u = 0 (under- and overdamped branches)."""
-    disc = b * b / 4 - a
-    if disc < 0:
-        w = np.sqrt(-disc)
-        return np.exp(-b * t / 2) * (u0 * np.cos(w * t) + (v0 + b * u0 / 2) / w * np.sin(w * t))
-    r1, r2 = -b / 2 + np.sqrt(disc), -b / 2 - np.sqrt(disc)
-    A = (v0 - r2 * u0) / (r1 - r2)
-    return A * np.exp(r1 * t) + (u0 - A) * np.exp(r2 * t)
-
-
-@pytest.mark.parametrize("a,b", [(4.0, 1.0), (1.0, 3.0)], ids=["under", "over"])
-def test_linear_score_dynamics_is_the_damped_oscillator(a, b):
-    # Reference: the closed-form damped oscillator per key, z = s + u(t), and softmax(z/T)
-    # (jax.nn.softmax) for the Shannon readout; 1e-12 (float64; the per-interval matrix
-    # exponential is exact up to round-off, accumulated over 12 intervals).
-    n, T = 5, 0.7
-    s = jr.normal(jr.PRNGKey(4), (n,), jnp.float64)
-    z0 = jr.normal(jr.PRNGKey(5), (n,), jnp.float64)
-    v0 = jr.normal(jr.PRNGKey(6), (n,), jnp.float64)
-    times = jnp.sort(jr.uniform(jr.PRNGKey(7), (13,), jnp.float64, 0, 3)).at[0].set(0.0)
-    attn, z, v = linear_score_dynamics(jnp.broadcast_to(s, (12, n)), times, a, b, T, z0, v0)
-    t = np.asarray(times)[:, None]
-    ref = np.asarray(s) + _oscillator(np.asarray(z0 - s), np.asarray(v0), a, b, t)
-    np.testing.assert_allclose(np.asarray(z), ref, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(np.asarray(attn), np.asarray(jax.nn.softmax(ref / T, -1)),
-                               rtol=0, atol=1e-12)
-    # the velocity is the derivative of the closed form (central difference, 1e-6)
-    dt = 1e-6
-    dref = (_oscillator(np.asarray(z0 - s), np.asarray(v0), a, b, t + dt)
-            - _oscillator(np.asarray(z0 - s), np.asarray(v0), a, b, t - dt)) / (2 * dt)
-    np.testing.assert_allclose(np.asarray(v), dref, rtol=0, atol=1e-6)
-
-
 LINEAR_TINY = dataclasses.replace(FISHER_TINY, loop_kind="linear", mass=0.5, damping=1.5)
 
 
@@ -333,7 +239,7 @@ def test_linear_model_is_linear_score_dynamics_of_its_scores():
     # (initialized in float32: 1e-6)
     np.testing.assert_allclose(par["a"], 2.0, rtol=1e-6)
     np.testing.assert_allclose(par["b"], 3.0, rtol=1e-6)
-    paths = fd.extract_paths(model, _pointer_problems(cfg), dtype=jnp.float64)
+    paths = wt.extract_paths(model, _pointer_problems(cfg), dtype=jnp.float64)
     times = jnp.concatenate([jnp.zeros(1), paths.attn_t])
     attn, _, _ = linear_score_dynamics(paths.scores, times, jnp.asarray(par["a"]),
                                        jnp.asarray(par["b"]), model.T)
@@ -344,7 +250,7 @@ def test_linear_model_is_linear_score_dynamics_of_its_scores():
 # ---------------------------------------------------------------------------------------
 # fixed points: diagnostics and DEQ-style training
 
-from fisherdyn._weight_tied._fixed_point import fixed_point_report  # noqa: E402
+from weight_tied.fixed_point import fixed_point_report  # noqa: E402
 
 FP_TINY = LoopedConfig(n_pairs=3, dim=6, corrupt=0.0, d_model=8, n_heads=2, d_mlp=8,
                        n_loops=3, step=1.0)
@@ -357,7 +263,7 @@ def test_fixed_point_report_jacobian_and_spectral_radius():
     # of the norm growth over 400 iterations after 200 of burn-in: ~1 % for the measured
     # gap between the two largest moduli); (3) the residual recomputed from model.run.
     model = _f64(init_looped(FP_TINY, jr.PRNGKey(4)))
-    probs = fd.recall_task(jr.PRNGKey(5), 2, FP_TINY.n_pairs, FP_TINY.dim, 0.0,
+    probs = wt.recall_task(jr.PRNGKey(5), 2, FP_TINY.n_pairs, FP_TINY.dim, 0.0,
                            dtype=jnp.float64)
     rep = fixed_point_report(model, probs.tokens, n_inits=1)
     N = 4 * FP_TINY.n_loops
@@ -407,8 +313,8 @@ def test_deq_training_options_and_cache_key(tmp_path):
     # deterministic, and bad loop ranges are refused.
     import json
 
-    from fisherdyn._weight_tied._cache import cache_paths
-    from fisherdyn._weight_tied._training import TrainedLooped, _store, train_looped
+    from weight_tied.cache import cache_paths
+    from weight_tied.training import TrainedLooped, _store, train_looped
 
     kw = dict(seed=1, steps=3, batch=4, eval_batch=8, progress=False, cache_dir=tmp_path)
     old_recipe = dict(seed=1, steps=3, batch=4, lr=3e-3, weight_decay=1e-4, loss_from=0.5,
@@ -441,7 +347,7 @@ def test_deq_training_scan_lengths_do_not_change_the_training(monkeypatch):
     # the drawn n at zero weight). Running each step to the shortest of four lengths that
     # covers its n must give the same losses: float32 round-off differs between the compiled
     # programs, ~1e-7 relative per step, so 1e-5 over 6 steps.
-    from fisherdyn._weight_tied import _training
+    from weight_tied import training as _training
 
     for lo, hi in ((3, 9), (8, 24), (5, 5), (2, 3)):
         b = _training._loop_buckets(lo, hi)
@@ -467,11 +373,11 @@ def test_deq_training_shrinks_the_fixed_point_residual():
     # Reference: the same tiny model trained at fixed depth. Trained over loop counts
     # U{L..3L} with a residual penalty of 100, the relative residual at 4L must fall below
     # 0.3x that of the fixed-depth model (measured: ~0.09 -> ~0.007) and below 0.02.
-    from fisherdyn._weight_tied._training import train_looped
+    from weight_tied.training import train_looped
 
     kw = dict(seed=0, steps=300, batch=32, eval_batch=256, progress=False, use_cache=False)
     L = FP_TINY.n_loops
-    probs = fd.recall_task(jr.PRNGKey(7), 16, FP_TINY.n_pairs, FP_TINY.dim, 0.0)
+    probs = wt.recall_task(jr.PRNGKey(7), 16, FP_TINY.n_pairs, FP_TINY.dim, 0.0)
     plain = train_looped(FP_TINY, **kw)
     deq = train_looped(FP_TINY, loops=(L, 3 * L), residual_penalty=100.0, **kw)
     r_plain = np.median(fixed_point_report(plain.model, probs.tokens).residual)
@@ -494,7 +400,7 @@ def test_extract_paths_every_kind_on_pointer_task(kind):
     model = _f64(init_looped(cfg, jr.PRNGKey(1)))
     probs = _pointer_problems(cfg)
     n = cfg.n_loops
-    rows = fd.extract_paths(model, probs, n, dtype=jnp.float64, all_rows=kind == "fisher")
+    rows = wt.extract_paths(model, probs, n, dtype=jnp.float64, all_rows=kind == "fisher")
     assert rows.loop_kind == kind
     np.testing.assert_array_equal(np.asarray(rows.chain), np.asarray(probs.chain))
     attn = np.asarray(rows.attn)
@@ -533,11 +439,11 @@ def test_fisher_score_dynamics_replays_the_model():
     # Reference: the Fisher model's recorded attention (itself checked against
     # fd.simulate loop by loop above) from its recorded loop scores, times 0, attn_t, and
     # the model's (m, gamma, T) per head; 1e-12 (the same arithmetic, float64).
-    from fisherdyn._weight_tied._fisher_loop import fisher_score_dynamics
+    from fisherdyn import fisher_score_dynamics
 
     cfg = FISHER_TINY
     model = _f64(init_looped(cfg, jr.PRNGKey(1)))
-    paths = fd.extract_paths(model, _pointer_problems(cfg), dtype=jnp.float64)
+    paths = wt.extract_paths(model, _pointer_problems(cfg), dtype=jnp.float64)
     par = model.dynamics_parameters()
     times = jnp.concatenate([jnp.zeros(1), paths.attn_t])
     attn, _, _ = fisher_score_dynamics(cfg.entropy, paths.scores, times,

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from .._custom_types import Array, Float, Int
+from jaxtyping import Array, Float, Int
 
 __all__ = ["RecallBatch", "recall_task", "PointerBatch", "pointer_task", "task_batch"]
 

@@ -27,10 +27,9 @@ the slope is undefined (NaN). The same holds where the regressor varies too litt
 identify a slope: each rate is a finite difference over a loop step, with a relative bias of
 a few percent that varies between keys, and the slope error is about that variation over the
 regressor's spread, so a slope error below the criterion's tolerance of 0.25 needs a
-within-path spread of at least 0.1; below `min_spread` the slope is NaN too.
-Kaniadakis(0.3) at T = 2.8 on a model's dense fixed points has a spread near 0.015
-($\\rho G'(\\rho)$ stays within 0.96-1.12 for weights above 0.05),
-where even the exact overdamped flow regresses to a slope of 1.4.
+within-path spread of at least 0.1; below `min_spread` the slope is NaN too. A family
+whose $\\rho G'(\\rho)$ stays close to 1 on dense fixed points (Kaniadakis with a small
+$\\kappa$) falls there, where even the exact overdamped flow does not regress to slope 1.
 """
 
 from __future__ import annotations
@@ -38,10 +37,11 @@ from __future__ import annotations
 import equinox as eqx
 import numpy as np
 
-from .._custom_types import ArrayLike, Float
-from .._entropies import AbstractEntropy
-from ._evidence import Interval, bootstrap_ci
-from ._geometry import fisher_rao_distance
+from jaxtyping import ArrayLike, Float
+
+from fisherdyn import AbstractEntropy, fisher_rao_distance
+
+from .verdict import Interval, bootstrap_ci
 
 __all__ = ["DepthConvergence", "MobilityRegression", "depth_convergence", "mobility_regression"]
 

@@ -22,10 +22,12 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from .._custom_types import ArrayLike, Float
-from .._misc import RUN_ONCE
-from ._geometry import fisher_rao_distance
-from ._model import LoopedTransformer
+from jaxtyping import ArrayLike, Float
+
+from fisherdyn import fisher_rao_distance
+
+from .jit import RUN_ONCE
+from .model import LoopedTransformer
 
 __all__ = ["FixedPointReport", "fixed_point_report", "loop_jacobian"]
 

@@ -1,48 +1,36 @@
-"""Loops whose attention carries a state across loops: the controls of the weight-tied study.
+"""The damped dynamics under piecewise-constant scores (a zero-order hold), one interval at
+a time: what an attention layer whose weights carry a state across a model's loops computes
+(`fisherdyn.FisherLoop`, `fisherdyn.LinearScoreLoop`).
 
-- `FisherLoop` (the positive control): each attention row is the position of the damped
-  Fisher-Lagrangian dynamics (docs/math.md §6) in the sphere chart $\\psi = \\sqrt\\rho$,
-  advanced over one loop's depth $c/L$ towards the loop's scores, with learnable mass and
-  damping per head. Its attention follows the dynamics by construction.
-- `LinearScoreLoop` (the negative control with as many parameters): a damped linear
-  oscillator in score space, $m\\ddot z + \\gamma\\dot z = s - z$ per key, read out through the
-  normalizer, $\\rho = \\mathrm{stationary}(S, z, T)$. Second order, but not the Fisher
-  geometry.
+- `fisher_loop_step`, `fisher_score_dynamics`: the damped Fisher-Lagrangian dynamics
+  (docs/math.md §6) in the sphere chart $\\psi = \\sqrt\\rho$, at fixed scores over each
+  interval.
+- `linear_score_step`, `linear_score_dynamics`: a damped linear oscillator in score space,
+  $\\ddot z = a(s - z) - b\\dot z$ per key, read out through the normalizer,
+  $\\rho = \\mathrm{stationary}(S, z, T)$: second order, but not the Fisher geometry.
 
-Both hold the loop's scores fixed over the loop (a zero-order hold): loop $l$ drives the
-state from $t_l$ to $t_{l+1} = t_l + c/L$ with the scores $s_l$ computed at the block's
-state $x_l$, and the attention of loop $l$ is the weights at $t_{l+1}$. Both start at rest
-from the uniform weights ($\\psi = 1/\\sqrt n$, resp. $z = 0$).
+Scores held over an interval $[t_l, t_{l+1})$ are $s_l$; both start at rest from the
+uniform weights ($\\psi = 1/\\sqrt n$, resp. $z = 0$) unless told otherwise.
 """
 
 from __future__ import annotations
 
-import abc
-
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
 from .._custom_types import Array, ArrayLike, Float
-from .._dynamics import FisherSystem, SphereCoordinates
 from .._entropies import AbstractEntropy, Shannon
 from .._stationary import stationary
+from ._coordinates import SphereCoordinates
+from ._system import FisherSystem
 
 __all__ = [
-    "AbstractCarriedLoop",
-    "FisherLoop",
-    "LinearScoreLoop",
     "fisher_loop_step",
     "linear_score_step",
     "linear_score_dynamics",
     "fisher_score_dynamics",
 ]
-
-
-def _softplus_inverse(y):
-    y = jnp.asarray(y)
-    return y + jnp.log(-jnp.expm1(-y))
 
 
 def fisher_loop_step(
@@ -86,6 +74,9 @@ def fisher_loop_step(
 
 
 def _fisher_row(entropy, x, v, z, T, mass, damping, dt, substeps):
+    # RK4 by hand, not diffrax.diffeqsolve with constant steps: this runs inside a model's
+    # loop body and is differentiated at every training step, where diffrax's solver loop
+    # and saved state around the same fixed steps cost a multiple of this scan's time.
     system = FisherSystem(entropy, z, T, mass, damping)
     coords = SphereCoordinates()
     h = jnp.asarray(dt, z.dtype) / substeps
@@ -172,12 +163,12 @@ def linear_score_dynamics(
     $\\ddot z = a(s(t) - z) - b\\dot z$ with the scores piecewise constant,
     $s(t) = s_k$ on $[t_k, t_{k+1})$, and attention $\\rho = \\mathrm{stationary}(S, z, T)$
     (softmax(z/T) for Shannon). Each interval is solved exactly, so this is the path of a
-    `LinearScoreLoop` model given its recorded loop scores (`LoopedPaths.scores[:-1]`).
+    model whose attention is a `LinearScoreLoop`, given the scores it recorded at each loop.
 
     **Arguments:**
 
-    - `scores`: `(K, *batch, N)`, one row per interval (leading axis, as in
-      `LoopedPaths`; hold one vector with `jnp.broadcast_to`).
+    - `scores`: `(K, *batch, N)`, one row per interval (leading axis; hold one vector
+      with `jnp.broadcast_to`).
     - `times`: `(K + 1,)` non-decreasing times $t_0..t_K$.
     - `a` (> 0), `b`, `T` (> 0): stiffness, damping, temperature, scalars or per problem
       (broadcast against `*batch`).
@@ -223,8 +214,8 @@ def fisher_score_dynamics(
 ) -> tuple[Float[Array, "K+1 *batch N"], Float[Array, "K+1 *batch N"],
            Float[Array, "K+1 *batch N"]]:
     """Attention paths of the damped Fisher-Lagrangian dynamics under piecewise-constant
-    scores, $s(t) = s_k$ on $[t_k, t_{k+1})$: what a `FisherLoop` model computes from its
-    recorded loop scores (`LoopedPaths.scores[:-1]`, times `0, attn_t`).
+    scores, $s(t) = s_k$ on $[t_k, t_{k+1})$: what a model whose attention is a
+    `FisherLoop` computes from the scores it recorded at each loop.
 
     Each interval is `substeps` RK4 steps of `fisher_loop_step`.
 
@@ -276,104 +267,3 @@ def _fisher_interval(entropy, x, v, s, T, mass, damping, dt, substeps):
         entropy, flat(x), flat(v), flat(s), bcast(T), bcast(mass), bcast(damping), dt,
         substeps)
     return tuple(o.reshape(x.shape) for o in out)
-
-
-class AbstractCarriedLoop(eqx.Module):
-    """Per-head dynamics parameters of a loop whose attention carries a state.
-
-    Two parameters per head, positive through a softplus (`mass`, `damping`), and
-    optionally a learnable temperature per head (`raw_T`; None holds the config's T).
-    The state of one loop is `(position, velocity)`, each `(heads, n_tok, n_ctx)`.
-    """
-
-    raw_mass: Float[Array, " heads"]
-    raw_damping: Float[Array, " heads"]
-    raw_T: Float[Array, " heads"] | None
-
-    def __init__(self, n_heads: int, mass: float, damping: float, T: float | None,
-                 dtype=jnp.float32):
-        """**Arguments:** `n_heads`; initial `mass` (> 0) and `damping` (> 0), the same
-        for every head; `T`: initial learnable temperature (None: not learnable);
-        `dtype` of the parameters."""
-        ones = jnp.ones(n_heads, dtype)
-        self.raw_mass = ones * _softplus_inverse(jnp.asarray(mass, dtype))
-        self.raw_damping = ones * _softplus_inverse(jnp.asarray(damping, dtype))
-        self.raw_T = None if T is None else ones * _softplus_inverse(jnp.asarray(T, dtype))
-
-    @property
-    def mass(self) -> Float[Array, " heads"]:
-        """$m$ per head."""
-        return jax.nn.softplus(self.raw_mass)
-
-    @property
-    def damping(self) -> Float[Array, " heads"]:
-        """$\\gamma$ per head."""
-        return jax.nn.softplus(self.raw_damping)
-
-    def temperature(self, T_fixed: float) -> Float[Array, " heads"]:
-        """$T$ per head: the learned one, or `T_fixed` for every head."""
-        if self.raw_T is None:
-            return jnp.full(self.raw_mass.shape, T_fixed, self.raw_mass.dtype)
-        return jax.nn.softplus(self.raw_T)
-
-    @abc.abstractmethod
-    def init_state(self, shape: tuple[int, ...], dtype) -> tuple[Array, Array]:
-        """The state at rest with uniform attention, `shape = (heads, n_tok, n_ctx)`."""
-
-    @abc.abstractmethod
-    def advance(self, state, scores, entropy, T, dt):
-        """The state after one loop of depth `dt` driven by `scores` `(heads, n_tok, n_ctx)`."""
-
-    @abc.abstractmethod
-    def weights(self, state, entropy, T) -> Array:
-        """The attention weights of a state, `(heads, n_tok, n_ctx)`."""
-
-
-class FisherLoop(AbstractCarriedLoop):
-    """The positive control: the attention is the position of the damped Fisher-Lagrangian
-    dynamics, $\\rho = \\psi^2$, advanced per loop by `fisher_loop_step` with `substeps` RK4
-    steps (the state is `(psi, psi_dot)`)."""
-
-    substeps: int = eqx.field(static=True, default=4)
-
-    def __init__(self, n_heads, mass, damping, T, dtype=jnp.float32, substeps: int = 4):
-        super().__init__(n_heads, mass, damping, T, dtype)
-        self.substeps = int(substeps)
-
-    def init_state(self, shape, dtype):
-        return jnp.full(shape, 1 / jnp.sqrt(shape[-1]), dtype), jnp.zeros(shape, dtype)
-
-    def advance(self, state, scores, entropy, T, dt):
-        col = lambda a: a[:, None]  # noqa: E731
-        return fisher_loop_step(entropy, state[0], state[1], scores, col(T), col(self.mass),
-                                col(self.damping), dt, self.substeps)
-
-    def weights(self, state, entropy, T):
-        x2 = state[0] * state[0]
-        return x2 / jnp.sum(x2, -1, keepdims=True)
-
-
-class LinearScoreLoop(AbstractCarriedLoop):
-    """The negative control: $m\\ddot z + \\gamma\\dot z = s - z$ per key (stiffness
-    $a = 1/m$, damping $b = \\gamma/m$), solved exactly per loop by `linear_score_step`,
-    attention $\\mathrm{stationary}(S, z, T)$ (the state is `(z, z_dot)`)."""
-
-    def init_state(self, shape, dtype):
-        return jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)
-
-    @property
-    def a(self) -> Float[Array, " heads"]:
-        """The stiffness $a = 1/m$ per head."""
-        return 1 / self.mass
-
-    @property
-    def b(self) -> Float[Array, " heads"]:
-        """The damping rate $b = \\gamma/m$ per head."""
-        return self.damping / self.mass
-
-    def advance(self, state, scores, entropy, T, dt):
-        return linear_score_step(state[0], state[1], scores, self.a[:, None], self.b[:, None],
-                                 dt)
-
-    def weights(self, state, entropy, T):
-        return stationary(entropy, state[0], T[:, None, None])

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # the paper's argument, in order (`studies/run_all.py --help` lists the same names)
 STUDIES = ("stationary_laws", "tails", "tangent_test", "abe_even_order", "renyi_temperature",
            "relaxation", "entropy_invariance", "weight_tied")
@@ -162,15 +162,15 @@ def test_weight_tied_quick_tables(quick_run):
     """The weight-tied study writes what it promises: per group (normalizers, the positive
     control, two negative controls) every pre-registered criterion with an interval over
     its seeds (None only where not applicable: the mobility of Shannon), a decision read
-    from that interval by `fisherdyn.CRITERIA`, and the controls' outcome. (Runs inside
+    from that interval by the study's `CRITERIA`, and the controls' outcome. (Runs inside
     `quick_run`; its time is printed by `studies/run_all.py`.)"""
-    import fisherdyn as fd
+    import weight_tied as wt
 
     _, out = quick_run
     data = json.loads((out / "weight_tied.json").read_text())["data"]
     roles = [g["role"] for g in data["groups"]]
     assert roles.count("positive") == 1 and roles.count("negative") == 2 and "normalizer" in roles
-    crit = {c.name: c for c in fd.CRITERIA}
+    crit = {c.name: c for c in wt.CRITERIA}
     for g in data["groups"]:
         assert len(g["accuracy"]) == data["settings"]["seeds"] >= 2
         assert set(g["intervals"]) == set(crit)
@@ -183,7 +183,7 @@ def test_weight_tied_quick_tables(quick_run):
             lo, est, hi = (float("inf") if iv[k] is None else iv[k]
                            for k in ("low", "estimate", "high"))
             assert lo <= est <= hi
-            assert g["decisions"][name] == crit[name].decide(fd.Interval(
+            assert g["decisions"][name] == crit[name].decide(wt.Interval(
                 est, lo, hi, iv["level"], iv["units"], [0.0]))
     pos = next(g for g in data["groups"] if g["role"] == "positive")
     assert pos["overall"] == "YES" and data["controls_ok"] is True

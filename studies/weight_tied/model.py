@@ -13,7 +13,8 @@ flow past the trained depth; that is what `extract_paths` records.
 
 `LoopedConfig.loop_kind` chooses what the attention of a loop is: the normalizer of that
 loop's scores (`"transformer"`), or the state of a dynamics carried across loops and driven
-by them (`"fisher"`, `"linear"`: the study's controls, `_fisher_loop.py`).
+by them (`"fisher"`, `"linear"`: the study's controls, `fisherdyn.FisherLoop` and
+`fisherdyn.LinearScoreLoop`).
 """
 
 from __future__ import annotations
@@ -27,11 +28,16 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 
-from .._custom_types import Array, Float
-from .._entropies import AbstractEntropy, Shannon
-from .._misc import check_entropy
-from .._stationary import stationary
-from ._fisher_loop import AbstractCarriedLoop, FisherLoop, LinearScoreLoop
+from jaxtyping import Array, Float
+
+from fisherdyn import (
+    AbstractCarriedLoop,
+    AbstractEntropy,
+    FisherLoop,
+    LinearScoreLoop,
+    Shannon,
+    stationary,
+)
 
 __all__ = ["LoopedConfig", "LoopedTransformer", "init_looped"]
 
@@ -93,7 +99,9 @@ class LoopedConfig:
     frozen_scores: bool = False
 
     def __post_init__(self):
-        check_entropy(self.entropy)
+        if not isinstance(self.entropy, AbstractEntropy):
+            raise TypeError(f"expected a fisherdyn entropy (e.g. fd.Shannon()), got "
+                            f"{self.entropy!r}")
         if self.task not in _TASKS:
             raise ValueError(f"task must be one of {_TASKS}, got {self.task!r}")
         if self.loop_kind not in _LOOP_KINDS:

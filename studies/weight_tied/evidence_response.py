@@ -18,9 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .._custom_types import ArrayLike, Float
-from .._dynamics import UNDERDAMPED, relaxation_spectrum
-from .._entropies import AbstractEntropy
+from jaxtyping import ArrayLike, Float
+
+from fisherdyn import UNDERDAMPED, AbstractEntropy, relaxation_spectrum
 
 __all__ = ["LinearResponse", "linear_response"]
 

@@ -1,4 +1,5 @@
-"""The statistical tests and the pre-registered verdict of the weight-tied study.
+"""The statistical tests and the pre-registered verdict of the weight-tied study
+(`studies/weight_tied`).
 
 Each test function of the evidence modules is checked on controls whose answer is known by
 construction: paths of the library's own dynamics (where the Fisher hypothesis is true) and
@@ -16,7 +17,7 @@ from scipy.linalg import expm
 import fisherdyn as fd
 from fisherdyn._dynamics._coordinates import SphereCoordinates
 from fisherdyn._dynamics._system import FisherSystem, tangent_basis
-from fisherdyn._weight_tied._evidence import (
+from weight_tied.verdict import (
     CRITERIA,
     CRITERION_LEVEL,
     INCONCLUSIVE,
@@ -28,13 +29,13 @@ from fisherdyn._weight_tied._evidence import (
     holm,
     verdict,
 )
-from fisherdyn._weight_tied._evidence_heldout import (
+from weight_tied.evidence_heldout import (
     _companion_flow,
     _linear_paths,
     heldout_prediction,
 )
-from fisherdyn._weight_tied._evidence_paths import depth_convergence, mobility_regression
-from fisherdyn._weight_tied._evidence_response import linear_response
+from weight_tied.evidence_paths import depth_convergence, mobility_regression
+from weight_tied.evidence_response import linear_response
 
 # --------------------------------------------------------------------------- statistics
 

@@ -24,12 +24,13 @@ import jax.random as jr
 import numpy as np
 import optax
 
-from .._custom_types import Float
-from .._misc import RUN_ONCE
-from ._cache import atomic_write, cache_paths, default_cache_dir
-from ._model import LoopedConfig, LoopedTransformer, _shell, init_looped
-from ._paths import evaluate_looped
-from ._task import task_batch
+from jaxtyping import Float
+
+from .cache import atomic_write, cache_paths, default_cache_dir
+from .jit import RUN_ONCE
+from .model import LoopedConfig, LoopedTransformer, _shell, init_looped
+from .paths import evaluate_looped
+from .task import task_batch
 
 __all__ = ["TrainedLooped", "train_looped"]
 
@@ -89,8 +90,8 @@ def _deq_loss_fn(model, tokens, labels, n, loss_from, n_max, penalty):
 
 _SHORT_RUN = 400  # training steps below which the step compiles at XLA level 0
 # Fixed-point training runs each step's scan to the shortest of this many lengths that
-# covers its drawn n, not always to hi: U{L..3L} then costs 1.1x the loops of U{L..2L}
-# instead of 1.5x, for three more compiled steps.
+# covers its drawn n, not always to hi: the loops run follow the drawn n, for three more
+# compiled steps.
 _LOOP_BUCKETS = 4
 
 

@@ -1,0 +1,15 @@
+"""`python studies/weight_tied [--quick] [--out DIR] [--workers N]`: run the weight-tied study."""
+
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+# Run as a folder, Python puts this folder first on sys.path, where its modules would shadow
+# top-level ones of the same name; they are imported as the package `weight_tied` from the
+# folder of the other studies instead (which also holds `_common`).
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
+
+from weight_tied.study import main  # noqa: E402
+
+main()
