@@ -91,10 +91,11 @@ def test_shannon_isotropic_and_regimes():
     """Shannon: omega_k^2 = T for every mode (closed form); regimes flip at gamma^2 = 4 m T."""
     z, T, m = np.array([2.0, 0.1, -0.4, 0.9, -3.0, 0.0]), 1.7, 0.6
     gc = 2 * np.sqrt(m * T)
-    for gamma, regime in ((0.5 * gc, fd.UNDERDAMPED), (gc, fd.CRITICAL), (2 * gc, fd.OVERDAMPED)):
+    R = fd.REGIMES
+    for gamma, regime in ((0.5 * gc, R.underdamped), (gc, R.critical), (2 * gc, R.overdamped)):
         sp = fd.relaxation_spectrum(fd.Shannon(), z, T, mass=m, damping=gamma)
         np.testing.assert_allclose(sp.omega2, T, rtol=1e-12)
-        assert np.all(np.asarray(sp.regime) == regime)
+        assert np.all(sp.regime == regime)
     # Kaniadakis spreads the spectrum (docs/math.md §6), stiffest at the low-weight keys
     sp = fd.relaxation_spectrum(fd.Kaniadakis(0.5), z, T, mass=m, damping=1.0)
     assert np.ptp(np.asarray(sp.omega2)) > 0.1 * T
@@ -176,3 +177,23 @@ def test_batches_equal_per_row_calls(entropy):
             np.testing.assert_array_equal(np.isfinite(got), finite)
             np.testing.assert_allclose(got[finite], want[finite], rtol=0, atol=1e-12)
         assert sp.regime_names[12 * i + 4 * j: 12 * i + 4 * j + 4] == one.regime_names
+
+
+def test_regime_is_an_enumeration_item():
+    """`regime` is a `REGIMES` item in the style of `RESULTS` (per mode, also from a jitted
+    call), compared with `==` and printed by name. Reference: the Shannon closed form,
+    omega^2 = T for every mode, so gamma^2 = 4 m T / 4 is under-damped in every mode."""
+    import jax
+
+    z, T = np.array([1.0, 0.3, -0.5, 0.2]), 0.7
+    gamma = np.sqrt(4 * T) / 2
+
+    def spec(z):
+        return fd.relaxation_spectrum(fd.Shannon(), z, T, mass=1.0, damping=gamma)
+
+    for sp in (spec(z), jax.jit(spec)(z)):
+        assert isinstance(sp.regime, fd.REGIMES)
+        assert np.all(sp.regime == fd.REGIMES.underdamped)
+        assert not np.any(sp.regime == fd.REGIMES.overdamped)
+        assert repr(sp.regime) == "fisherdyn.REGIMES<['underdamped' 'underdamped' 'underdamped']>"
+        assert sp.regime_names == ["under-damped"] * 3

@@ -178,7 +178,7 @@ def _report_program(args, z, rho0):
             rho_final=tr.rho_final, constraint_drift=tr.constraint_drift,
             rho_dot=tr.rho_dot, lam=tr.lam, rho_dot_final=tr.rho_dot_final,
             num_steps=tr.stats["num_steps"], result=tr.result._value, stationary=st,
-            omega2=sp.omega2, rates=sp.rates, regime=sp.regime, slowest_rate=sp.slowest_rate,
+            omega2=sp.omega2, rates=sp.rates, regime=sp.regime._value, slowest_rate=sp.slowest_rate,
         )
 
     return program, tuple(np.asarray(a, float) for a in arrays), static

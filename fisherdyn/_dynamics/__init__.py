@@ -27,9 +27,7 @@ from ._piecewise import (
 )
 from ._relax import RelaxSolution as RelaxSolution, relax as relax
 from ._spectrum import (
-    CRITICAL as CRITICAL,
-    OVERDAMPED as OVERDAMPED,
-    UNDERDAMPED as UNDERDAMPED,
+    REGIMES as REGIMES,
     RelaxationSpectrum as RelaxationSpectrum,
     relaxation_spectrum as relaxation_spectrum,
 )

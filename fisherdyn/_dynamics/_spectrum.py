@@ -12,21 +12,41 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import jax.tree_util as jtu
 import numpy as np
 
 from .._custom_types import (
-    Array, ArrayLike, Bool, Complex, Float, Int, RealScalarLike, Scores, Temperature,
+    Array, ArrayLike, Bool, Complex, Float, RealScalarLike, Scores, Temperature,
 )
 from .._entropies import AbstractEntropy
 from .._misc import check_entropy, is_concrete
+from .._results import _ReadableEnumeration
 from .._stationary._checks import check_concrete, row_T
 from ._problem import arrayify_entropy, parameters
 from ._system import stiffness_matrix, tangent_basis
 
-__all__ = ["relaxation_spectrum", "RelaxationSpectrum", "UNDERDAMPED", "CRITICAL", "OVERDAMPED"]
+__all__ = ["relaxation_spectrum", "RelaxationSpectrum", "REGIMES"]
 
-UNDERDAMPED, CRITICAL, OVERDAMPED = 0, 1, 2
+
+class REGIMES(eqx.Enumeration, metaclass=_ReadableEnumeration):  # pyright: ignore[reportGeneralTypeIssues]
+    """The damping regime of each mode of `relaxation_spectrum` (`RelaxationSpectrum.regime`),
+    from the sign of $\\gamma^2 - 4m\\omega^2$; compare with `==`, as `RESULTS`:
+    `spectrum.regime == fisherdyn.REGIMES.overdamped` is a boolean array per mode."""
+
+    underdamped = "gamma^2 < 4 m omega^2: the mode oscillates as it decays"
+    critical = "gamma^2 = 4 m omega^2 within critical_rtol: the fastest decay, no oscillation"
+    overdamped = "gamma^2 > 4 m omega^2: two real decay rates, no oscillation"
+
+
+# printed as `fisherdyn.REGIMES<...>`, the public name
+REGIMES.__module__ = "fisherdyn"
+# the words of `regime_names`, in the order of the items' values
 _REGIME_NAMES = ("under-damped", "critical", "over-damped")
+
+
+def _regime_where(pred, if_true, if_false):
+    """`REGIMES.where` for an array predicate: one item per mode."""
+    return jtu.tree_map(lambda a, b: jnp.where(pred, a, b), if_true, if_false)
 
 
 class RelaxationSpectrum(eqx.Module):
@@ -37,8 +57,8 @@ class RelaxationSpectrum(eqx.Module):
     - `rates`: the roots $s_k$ of $m s^2 + \\gamma s + \\omega_k^2 = 0$, shape (N-1, 2),
       complex; `rates[:, 0]` is the slower root (larger real part). For $m = 0$ the only
       root is $-\\omega_k^2/\\gamma$ and `rates[:, 1]` is $-\\infty$.
-    - `regime`: per mode, `UNDERDAMPED` (0, $\\gamma^2 < 4m\\omega^2$), `CRITICAL` (1, equal to
-      `critical_rtol`) or `OVERDAMPED` (2).
+    - `regime`: per mode, a `REGIMES` item: `REGIMES.underdamped` ($\\gamma^2 < 4m\\omega^2$),
+      `REGIMES.critical` (equal to `critical_rtol`) or `REGIMES.overdamped`.
     - `boundary`: the mode lives on components off the support ($\\rho^*_i = 0$).
     - `modes`: the mode shapes as tangent vectors of the sphere chart $x = \\sqrt\\rho$, (N, N-1).
     - `rho`, `lam`: the fixed point and its multiplier.
@@ -50,7 +70,7 @@ class RelaxationSpectrum(eqx.Module):
 
     omega2: Float[Array, "*batch N-1"]
     rates: Complex[Array, "*batch N-1 2"]
-    regime: Int[Array, "*batch N-1"]
+    regime: REGIMES
     boundary: Bool[Array, "*batch N-1"]
     modes: Float[Array, "*batch N N-1"]
     rho: Float[Array, "*batch N"]
@@ -74,7 +94,7 @@ class RelaxationSpectrum(eqx.Module):
     @property
     def regime_names(self) -> list[str]:
         """`regime` as words ("under-damped", "critical", "over-damped"), flattened."""
-        return [_REGIME_NAMES[int(r)] for r in np.asarray(self.regime).ravel()]
+        return [_REGIME_NAMES[int(r)] for r in np.asarray(self.regime._value).ravel()]
 
 
 @eqx.filter_jit
@@ -123,11 +143,12 @@ def _single(entropy, rho, z, T, mass, damping, critical_rtol, mask=None):
     im = jnp.where(inertial & (disc < 0), root / (2 * m_safe), 0.0)
     rates = jnp.stack([jax.lax.complex(re_slow, im), jax.lax.complex(re_fast, -im)], -1)
     crit = jnp.abs(disc) <= critical_rtol * (damping**2 + 4 * mass * jnp.abs(w))
-    regime = jnp.where(crit, CRITICAL, jnp.where(disc < 0, UNDERDAMPED, OVERDAMPED))
+    damped = _regime_where(disc < 0, REGIMES.underdamped, REGIMES.overdamped)
+    regime = _regime_where(crit, REGIMES.critical, damped)
     if mask is not None:
         none = jax.lax.complex(jnp.full_like(w, -jnp.inf), jnp.zeros_like(w))
         rates = jnp.where(masked_mode[:, None], none[:, None], rates)
-        regime = jnp.where(masked_mode, OVERDAMPED, regime)
+        regime = _regime_where(masked_mode, REGIMES.overdamped, regime)
     return RelaxationSpectrum(w, rates, regime, boundary, modes, rho, lam)
 
 

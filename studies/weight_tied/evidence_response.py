@@ -20,7 +20,7 @@ from scipy.optimize import linear_sum_assignment
 
 from jaxtyping import ArrayLike, Float
 
-from fisherdyn import UNDERDAMPED, AbstractEntropy, relaxation_spectrum
+from fisherdyn import REGIMES, AbstractEntropy, relaxation_spectrum
 
 __all__ = ["LinearResponse", "linear_response"]
 
@@ -206,7 +206,7 @@ def linear_response(
     pred = relaxation_spectrum(entropy, jnp.asarray(z), T, mass=m, damping=gamma,
                                rho=jnp.asarray(rho))
     roots = np.asarray(pred.rates)[:, :1 if m == 0 else 2]  # (N-1, 1 or 2)
-    regime = np.asarray(pred.regime)
+    underdamped = np.asarray(pred.regime == REGIMES.underdamped)
     p_rate = roots.ravel()
     p_mode = np.repeat(np.arange(len(omega2)), roots.shape[1])
     if fast_hidden:
@@ -224,7 +224,7 @@ def linear_response(
     predicted[rows] = p_rate[cols]
     meas_under = np.abs(s.imag) > 1e-6 * np.abs(s)
     match = np.zeros(len(s), bool)
-    match[rows] = meas_under[rows] == (regime[p_mode[cols]] == UNDERDAMPED)
+    match[rows] = meas_under[rows] == underdamped[p_mode[cols]]
     with np.errstate(invalid="ignore"):
         errors = np.abs(s - predicted) / np.abs(predicted)
     errors = np.where(np.isnan(predicted.real), np.nan, np.where(match, errors, 1.0))
