@@ -147,8 +147,7 @@ def main(argv=None):
 
     def fixed_costs():
         # creating an empty store, then a sweep of a complete one (open, check, summary)
-        from fisherdyn._sweep._spec import block_shape
-        from fisherdyn._sweep._store import create_store
+        from fisherdyn._sweep import block_shape, create_store  # internals: no public name
 
         s = fd.SweepSpec.from_dict(spec)
         create_store(tmp / f"e{next(counter)}.zarr", s, "", args.chunk_size,

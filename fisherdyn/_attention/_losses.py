@@ -33,7 +33,7 @@ from .._custom_types import Array, ArrayLike, Float, Mask, Scores, Temperature, 
 from .._entropies import AbstractEntropy, Shannon, Tsallis
 from .._misc import check_entropy, concrete_float, param_jvp
 from .._stationary import stationary
-from .._stationary._checks import keys_last, row_T
+from .._stationary import keys_last, row_T
 
 __all__ = [
     "fenchel_young_loss",

@@ -34,7 +34,7 @@ _source_digest: str | None = None
 def exported_dir() -> Path | None:
     """`exported/` beside the compilation cache (`$FISHERDYN_CACHE/exported`, or the user
     cache directory's `fisherdyn/exported`); None when the cache is switched off."""
-    from .._sweep._cache import compilation_cache_dir
+    from .._sweep import compilation_cache_dir
 
     jax_dir = compilation_cache_dir()
     return None if jax_dir is None else jax_dir.parent / "exported"

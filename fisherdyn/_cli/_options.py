@@ -370,7 +370,7 @@ def check_outputs(args: argparse.Namespace, parser: argparse.ArgumentParser):
     if args.command == "sweep" and not args.dry_run:
         outputs.append(("--out", args.out, True))
         if not args.no_figure:
-            from .._sweep._driver import summary_figure_path
+            from .._sweep import summary_figure_path
 
             outputs.append(("--out", summary_figure_path(args.out), False))
     for option, path, directory in outputs:

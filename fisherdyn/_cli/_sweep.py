@@ -37,7 +37,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     elif out is not None:
         print(out.attrs["summary"])
         if not args.no_figure and "not computed" not in out.attrs["summary"]:
-            from .._sweep._driver import summary_figure_path
+            from .._sweep import summary_figure_path
 
             print(f"wrote {args.out} and {summary_figure_path(args.out)}")
         else:
