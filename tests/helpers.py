@@ -52,15 +52,14 @@ SPECS = [
     ("abe", 1.5),
     ("abe", 3.0),
 ]
-_CLASSES = {
-    "shannon": fd.Shannon,
-    "tsallis": fd.Tsallis,
-    "renyi": fd.Renyi,
-    "sharma_mittal": fd.SharmaMittal,
-    "kaniadakis": fd.Kaniadakis,
-    "burg": fd.Burg,
-    "abe": fd.Abe,
-}
+# every concrete family fisherdyn exports, by its first parse name (the key of SPECS);
+# tests/test_structure.py checks that each one has a place in every list below
+EXPORTED_FAMILIES = [
+    getattr(fd, n) for n in fd.__all__
+    if isinstance(getattr(fd, n), type) and issubclass(getattr(fd, n), fd.AbstractEntropy)
+    and not n.startswith("Abstract")
+]
+_CLASSES = {c.parse_names[0]: c for c in EXPORTED_FAMILIES}
 # one representative per class (compilation is per class: parameters are traced leaves)
 ONE_PER_CLASS = [
     ("shannon",),
@@ -82,12 +81,12 @@ def spec_id(spec):
 
 
 def tsallis_shaped(spec):
-    return spec[0] in ("renyi", "sharma_mittal")
+    return issubclass(_CLASSES[spec[0]], fd.AbstractTsallisShapedEntropy)
 
 
 def compact_q(spec):
     """q > 1 moment/Tsallis families have a finite G(0+) = 0, hence exact zeros."""
-    return spec[0] in ("tsallis", "renyi", "sharma_mittal") and spec[1] > 1
+    return _CLASSES[spec[0]].may_have_cutoff and spec[1] > 1
 
 
 # solve_stationary's families, by the name its tests are parametrized with

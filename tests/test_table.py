@@ -38,7 +38,7 @@ def test_full_table():
         assert r["err_optimistix"] <= 1e-12 and r["err_scipy"] <= 1e-12, r
     kinds = {r["family"]: r["tail"]["kind"] for r in rows}
     assert kinds["Shannon"] == "exponential" and kinds["Burg"] == "inverse-linear"
-    assert kinds["Kaniadakis k=0.3"] == kinds["Abe q=1.5"] == "algebraic"
+    assert kinds["Kaniadakis kappa=0.3"] == kinds["Abe q=1.5"] == "algebraic"
     assert kinds["Tsallis q=1.5"] == kinds["Renyi q=2"] == "cutoff"
     abe = next(r for r in rows if r["family"] == "Abe q=1.5")
     assert abs(abe["tail"]["value"] + 3.0) <= 1e-2  # -q/(q-1) = -3, asymptotic

@@ -13,30 +13,14 @@ import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from .._custom_types import ArrayLike, Float
-from .._entropies import (
-    Abe,
-    AbstractEntropy,
-    Burg,
-    Kaniadakis,
-    Renyi,
-    Shannon,
-    SharmaMittal,
-    Tsallis,
-)
+from .._entropies import AbstractEntropy, default_entropies, entropy_label
 from .._stationary import solve_stationary, stationary
 from ._tails import measure_tail
 
 __all__ = ["operator_table", "format_operator_table", "DEFAULT_FAMILIES", "DEFAULT_SCORES"]
 
-DEFAULT_FAMILIES = (
-    ("Shannon", Shannon()),
-    ("Tsallis q=1.5", Tsallis(1.5)),
-    ("Renyi q=2", Renyi(2.0)),
-    ("SharmaMittal q=2 r=1.5", SharmaMittal(2.0, 1.5)),
-    ("Kaniadakis k=0.3", Kaniadakis(0.3)),
-    ("Burg", Burg()),
-    ("Abe q=1.5", Abe(1.5)),
-)
+# every registered family at its default parameters
+DEFAULT_FAMILIES = tuple((entropy_label(e), e) for e in default_entropies())
 DEFAULT_SCORES = (2.0, 1.2, 0.9, 0.3, -0.1, -0.8, -1.5, -2.6)
 
 

@@ -13,7 +13,6 @@ import numpy as np
 import fisherdyn as fd
 
 from . import _verify
-from ._options import DEFAULT_FAMILIES
 
 __all__ = ["run_command"]
 
@@ -120,9 +119,9 @@ def _plural(n: int, one: str, many: str) -> str:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from .._analysis._operator_table import DEFAULT_FAMILIES as TABLE_FAMILIES
+    from .._entropies import default_entropies, entropy_label
 
-    families = args.family or [fd.parse_entropy(s) for s in DEFAULT_FAMILIES]
+    families = args.family or default_entropies(examples=True)
     z = np.asarray(args.scores, float)
     # the table covers the families asked for, or its own default set
     table_families = (
@@ -130,7 +129,7 @@ def run_command(args: argparse.Namespace) -> int:
         if args.no_operator_table
         else [(_verify.entropy_label(e), e) for e in args.family]
         if args.family
-        else list(TABLE_FAMILIES)
+        else [(entropy_label(e), e) for e in default_entropies()]
     )
     workers = max(1, os.cpu_count() or 1)
     print(

@@ -12,4 +12,9 @@ from ._sharma_mittal import SharmaMittal as SharmaMittal
 from ._kaniadakis import Kaniadakis as Kaniadakis
 from ._burg import Burg as Burg
 from ._abe import Abe as Abe
-from ._parse import parse_entropy as parse_entropy
+from ._parse import (
+    default_entropies as default_entropies,
+    entropy_label as entropy_label,
+    families as families,
+    parse_entropy as parse_entropy,
+)

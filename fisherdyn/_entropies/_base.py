@@ -56,7 +56,8 @@ class AbstractEntropy(eqx.Module):
     **Class variables:**
     - `parse_names`: the names `parse_entropy` knows the family by (a family that declares
       them is registered when its class is defined); `parse_defaults`: its parameters when a
-      specification omits them (their number is the number of parameters).
+      specification omits them (their number is the number of parameters);
+      `example_parameters`: further parameter sets `fisherdyn run` relaxes by default.
     - `realization`: how the stationary map is computed, in words (for tables).
     - `separable`: whether $S = \\sum_i s(\\rho_i)$ (`AbstractSeparableEntropy`).
     - `may_have_cutoff`: whether the family can put keys at exactly zero weight.
@@ -65,6 +66,7 @@ class AbstractEntropy(eqx.Module):
 
     parse_names: ClassVar[tuple[str, ...]] = ()
     parse_defaults: ClassVar[tuple[float, ...]] = ()
+    example_parameters: ClassVar[tuple[tuple[float, ...], ...]] = ()
     realization: ClassVar[str] = "scalar root"
     separable: ClassVar[bool]
     may_have_cutoff: ClassVar[bool] = False

@@ -1,6 +1,32 @@
 from __future__ import annotations
 
+import numpy as np
+
 from ._base import _REGISTRY, AbstractEntropy, _parse_key
+
+
+def families() -> tuple[type[AbstractEntropy], ...]:
+    """The library's registered families (those that declare `parse_names`), in the order
+    their classes are defined: the one list the command line and the operator table read."""
+    # a family registered from outside the package is parsed, not shown by default
+    return tuple(c for c in dict.fromkeys(_REGISTRY.values())
+                 if c.__module__.startswith("fisherdyn."))
+
+
+def default_entropies(*, examples: bool = False) -> list[AbstractEntropy]:
+    """One entropy per registered family at its `parse_defaults`, each followed by its
+    `example_parameters` when `examples` is true."""
+    return [
+        cls(*params)
+        for cls in families()
+        for params in (cls.parse_defaults, *(cls.example_parameters if examples else ()))
+    ]
+
+
+def entropy_label(entropy: AbstractEntropy) -> str:
+    """`Kaniadakis kappa=0.3`: the class name and each parameter by its field name."""
+    params = [f"{name}={float(np.asarray(v)):g}" for name, v in vars(entropy).items()]
+    return " ".join([type(entropy).__name__, *params])
 
 
 def parse_entropy(spec: str) -> AbstractEntropy:

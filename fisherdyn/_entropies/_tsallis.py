@@ -33,6 +33,7 @@ class Tsallis(AbstractSeparableEntropy):
     q: ArrayLike
     parse_names: ClassVar[tuple[str, ...]] = ("tsallis", "entmax")
     parse_defaults: ClassVar[tuple[float, ...]] = (1.5,)
+    example_parameters: ClassVar[tuple[tuple[float, ...], ...]] = ((2.0,),)  # sparsemax
     realization: ClassVar[str] = "threshold"
     may_have_cutoff: ClassVar[bool] = True
 
