@@ -186,11 +186,11 @@ def _report_program(args, z, rho0):
 
 def _names():
     """The words for the integer codes in a report (stored with an exported program)."""
-    from .._dynamics._spectrum import _REGIME_NAMES
+    from .._dynamics import REGIME_NAMES
     from .._results import result_names
 
     return dict(results={str(k): v for k, v in result_names().items()},
-                regimes=list(_REGIME_NAMES))
+                regimes=list(REGIME_NAMES))
 
 
 def _as_run(report, names):

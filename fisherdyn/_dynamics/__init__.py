@@ -27,6 +27,7 @@ from ._piecewise import (
 )
 from ._relax import RelaxSolution as RelaxSolution, relax as relax
 from ._spectrum import (
+    _REGIME_NAMES as REGIME_NAMES,
     REGIMES as REGIMES,
     RelaxationSpectrum as RelaxationSpectrum,
     relaxation_spectrum as relaxation_spectrum,

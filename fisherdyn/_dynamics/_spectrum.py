@@ -21,7 +21,7 @@ from .._custom_types import (
 from .._entropies import AbstractEntropy
 from .._misc import check_entropy, is_concrete
 from .._results import _ReadableEnumeration
-from .._stationary._checks import check_concrete, row_T
+from .._stationary import check_concrete, row_T
 from ._problem import arrayify_entropy, parameters
 from ._system import stiffness_matrix, tangent_basis
 
