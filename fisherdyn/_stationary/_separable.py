@@ -271,6 +271,14 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, nan_if_unconv
         lambda s: _root_step(rows, s, use_newton, jnp.sqrt(eps), tols),
         state,
     )
+    rho, slope, nu = _final_weights(rows, out, use_newton, keep, tol, eps,
+                                    nan_if_unconverged)
+    return rho, rows.multiplier(nu) + nu1 + zmax, slope
+
+
+def _final_weights(rows, out, use_newton, keep, tol, eps, nan_if_unconverged):
+    """(rho, slope, nu) of the finished iteration `out`: Newton's iterate or the bracket's
+    interpolated weights (per row where `use_newton` is decided at run time)."""
     newton = concrete_float(use_newton)
     newton = use_newton if newton is None else bool(newton)
     if newton is True:
@@ -297,7 +305,7 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, nan_if_unconv
         converged = out.done | (jnp.abs(out.h) <= 64 * tol)
         sums = (S > 0) & jnp.isfinite(S) & (normalized | (jnp.abs(S - 1) <= jnp.sqrt(eps)))
         rho = jnp.where((converged & sums) | ~keep, rho, jnp.nan)
-    return rho, rows.multiplier(nu) + nu1 + zmax, slope
+    return rho, slope, nu
 
 
 def _bracket_weights(rows, out):

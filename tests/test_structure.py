@@ -1,0 +1,222 @@
+"""The package's layout rules, read from the source with `ast` (no module is imported except
+where a test says so): one export list, one registry of families in the shared test battery,
+docs/architecture.md listing every module, the import rules it states, no function above
+100 lines, no measured numbers in comments.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from pathlib import Path
+
+import pytest
+
+import fisherdyn as fd
+from helpers import (
+    DYNAMICS_FAMILIES,
+    EXPORTED_FAMILIES,
+    ONE_PER_CLASS,
+    SOLVE_FAMILIES,
+    SPECS,
+    RefFamily,
+    make,
+)
+from test_extras import OPTIONAL, _hidden_run
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "fisherdyn"
+MODULES = sorted(PKG.rglob("*.py"))
+# the stages of the data flow, in order; a subpackage imports only earlier ones
+STAGES = ("_entropies", "_stationary", "_dynamics", ("_attention", "_analysis", "_paths"),
+          "_sweep", "_cli")
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
+def _exports_literal() -> dict[str, tuple[str, ...]]:
+    """`_EXPORTS` of fisherdyn/__init__.py, read as a literal."""
+    for node in _tree(PKG / "__init__.py").body:
+        if isinstance(node, ast.Assign) and node.targets[0].id == "_EXPORTS":  # type: ignore[attr-defined]
+            return ast.literal_eval(node.value)
+    raise AssertionError("no _EXPORTS in fisherdyn/__init__.py")
+
+
+# --------------------------------------------------------------------------- one export list
+
+
+def test_type_checking_block_and_all_match_the_export_list():
+    exports = _exports_literal()
+    block = next(n for n in _tree(PKG / "__init__.py").body
+                 if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    seen: dict[str, set[str]] = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.level == 1, ast.dump(node)
+        for a in node.names:
+            assert a.asname == a.name, f"{a.name} must be re-exported as itself"
+            seen.setdefault(node.module, set()).add(a.name)  # type: ignore[arg-type]
+    assert seen == {m: set(names) for m, names in exports.items()}
+    flat = [n for names in exports.values() for n in names]
+    assert len(flat) == len(set(flat)), "a name exported twice"
+    assert fd.__all__ == flat
+
+
+def test_every_exported_name_is_exported_by_its_subpackage():
+    for module, names in _exports_literal().items():
+        init = PKG / module / "__init__.py"
+        path = init if init.exists() else PKG / f"{module}.py"
+        defined = set()
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.ImportFrom):
+                defined |= {a.asname or a.name for a in node.names}
+            elif isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.Assign):
+                defined |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        assert set(names) <= defined, (module, set(names) - defined)
+
+
+def test_every_public_name_imports_with_the_optional_packages_hidden():
+    code = ("import fisherdyn as fd\n"
+            "missing = [n for n in fd.__all__ if getattr(fd, n, None) is None]\n"
+            "print(len(fd.__all__), missing)\n")
+    proc = _hidden_run(code, OPTIONAL)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-1] == "[]" and int(proc.stdout.split()[0]) == len(fd.__all__)
+
+
+# --------------------------------------------------------------------------- one registry
+
+
+def test_every_exported_family_is_registered_and_in_the_shared_battery():
+    from fisherdyn._entropies import families
+
+    assert len(EXPORTED_FAMILIES) == 7  # the families this test was written against, at least
+    assert set(families()) == set(EXPORTED_FAMILIES)
+    battery = {
+        "SPECS": {type(make(s)) for s in SPECS},
+        "ONE_PER_CLASS": {type(make(s)) for s in ONE_PER_CLASS},
+        "SOLVE_FAMILIES": {type(e) for e in SOLVE_FAMILIES.values()},
+        "DYNAMICS_FAMILIES": {type(e) for e in DYNAMICS_FAMILIES},
+    }
+    for cls in EXPORTED_FAMILIES:
+        for name, classes in battery.items():
+            assert cls in classes, f"{cls.__name__} is missing from {name} in tests/helpers.py"
+        spec = next(s for s in SPECS if type(make(s)) is cls)
+        RefFamily(spec).S([0.25, 0.75])  # the mpmath reference knows the family
+    labels = [label for label, _ in fd.operator_table.__globals__["DEFAULT_FAMILIES"]]
+    assert len(labels) == len(EXPORTED_FAMILIES) == len(set(labels))
+
+
+# --------------------------------------------------------------------------- architecture page
+
+
+def test_architecture_page_lists_every_module():
+    """A module is listed by its path, or by its file name in a row whose first path is in
+    the same folder; a subpackage's __init__.py only re-exports and needs no row."""
+    listed: set[str] = set()
+    for line in (ROOT / "docs" / "architecture.md").read_text().splitlines():
+        if not line.startswith("| `"):
+            continue
+        names = re.findall(r"`([^`]+)`", line.split("|")[1])
+        folder = names[0].rsplit("/", 1)[0]
+        listed |= {n if "/" in n else f"{folder}/{n}" for n in names}
+    missing = [str(p.relative_to(ROOT)) for p in MODULES
+               if str(p.relative_to(ROOT)) not in listed
+               and not (p.name == "__init__.py" and p.parent != PKG)]
+    assert not missing, f"docs/architecture.md does not list {missing}"
+
+
+# --------------------------------------------------------------------------- import rules
+
+
+def _imports(path: Path, package: str | None):
+    """(line, absolute module parts) of every `from ... import` of a fisherdyn module."""
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.ImportFrom):
+            parts = (node.module or "").split(".") if node.module else []
+            if node.level:
+                here = list(path.relative_to(ROOT).parent.parts)
+                parts = here[: len(here) - node.level + 1] + parts
+            if parts and parts[0] == "fisherdyn":
+                yield node.lineno, parts[1:], [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "fisherdyn":
+                    yield node.lineno, a.name.split(".")[1:], []
+
+
+def _stage(sub: str) -> int | None:
+    for i, s in enumerate(STAGES):
+        if sub == s or sub in s:
+            return i
+    return None
+
+
+def test_no_module_imports_another_subpackages_private_module():
+    bad = []
+    for path in MODULES:
+        rel = path.relative_to(PKG).parts
+        own = rel[0] if len(rel) > 1 else None
+        for line, parts, _ in _imports(path, own or "fisherdyn"):
+            if len(parts) >= 2 and parts[0] != own and parts[1].startswith("_"):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports fisherdyn.{'.'.join(parts)}")
+    assert not bad, "\n".join(bad)
+
+
+def test_data_flows_one_way():
+    bad = []
+    for path in MODULES:
+        rel = path.relative_to(PKG).parts
+        here = _stage(rel[0]) if len(rel) > 1 else None
+        for line, parts, _ in _imports(path, "fisherdyn"):
+            there = _stage(parts[0]) if parts else None
+            if here is not None and there is not None and there > here:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports the later fisherdyn.{parts[0]}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("folder", ["studies", "examples", "benchmarks"])
+def test_scripts_use_public_names(folder):
+    """Studies and examples import no private name; a benchmark may time a subpackage's
+    internals but imports no private module."""
+    bad = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        for line, parts, names in _imports(path, None):
+            modules = [p for p in parts if p.startswith("_")]
+            private = modules + [n for n in names if n.startswith("_")]
+            if (len(modules) > 1) if folder == "benchmarks" else private:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports fisherdyn.{'.'.join(parts)}")
+    assert not bad, "\n".join(bad)
+
+
+# --------------------------------------------------------------------------- readable code
+
+
+def test_no_function_above_100_lines():
+    sizes = sorted(
+        ((node.end_lineno - node.lineno + 1, f"{path.relative_to(ROOT)}:{node.name}")
+         for path in MODULES for node in ast.walk(_tree(path))
+         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))),
+        reverse=True,
+    )
+    assert sizes[0][0] <= 100, sizes[:3]
+
+
+# a number with a unit of time or a percentage: what a measurement writes
+_MEASURED = re.compile(r"\d\s*(s|ms|us|µs|ns|%|seconds?|minutes?)(\b|\))|\d\s*x (faster|slower)",
+                       re.I)
+
+
+@pytest.mark.parametrize("folder", ["fisherdyn", "studies"])
+def test_no_measured_numbers_in_comments(folder):
+    bad = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+            if tok.type == tokenize.COMMENT and _MEASURED.search(tok.string):
+                bad.append(f"{path.relative_to(ROOT)}:{tok.start[0]}: {tok.string}")
+    assert not bad, "\n".join(bad)
