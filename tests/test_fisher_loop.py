@@ -58,8 +58,8 @@ def test_fisher_loop_step_gradients_match_finite_differences():
 
     @jax.jit
     def f(p):
-        x, _ = fd.fisher_loop_step(fd.Tsallis(1.5), x0, jnp.zeros(n), z.at[0].add(p[2]), 0.7,
-                                   p[0], p[1], 0.25, 4)
+        x, _ = fd.fisher_loop_step(fd.Tsallis(1.5), z.at[0].add(p[2]), (x0, jnp.zeros(n)),
+                                   0.7, mass=p[0], damping=p[1], dt=0.25, substeps=4)
         return jnp.sum(w * x * x)
 
     p = jnp.array([0.6, 0.9, 0.0])
@@ -91,7 +91,8 @@ def test_linear_score_dynamics_is_the_damped_oscillator(a, b):
     z0 = jr.normal(jr.PRNGKey(5), (n,), jnp.float64)
     v0 = jr.normal(jr.PRNGKey(6), (n,), jnp.float64)
     times = jnp.sort(jr.uniform(jr.PRNGKey(7), (13,), jnp.float64, 0, 3)).at[0].set(0.0)
-    attn, z, v = fd.linear_score_dynamics(jnp.broadcast_to(s, (12, n)), times, a, b, T, z0, v0)
+    attn, z, v = fd.linear_score_dynamics(fd.Shannon(), jnp.broadcast_to(s, (12, n)), T,
+                                          times=times, a=a, b=b, z0=z0, v0=v0)
     t = np.asarray(times)[:, None]
     ref = np.asarray(s) + _oscillator(np.asarray(z0 - s), np.asarray(v0), a, b, t)
     np.testing.assert_allclose(np.asarray(z), ref, rtol=0, atol=1e-12)

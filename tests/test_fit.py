@@ -16,7 +16,7 @@ NOISE = 0.005  # multiplicative log-normal noise on every weight (then renormali
 TRUE_INERTIAL = dict(entropy=fd.Kaniadakis(0.3), mass=0.5, damping=0.8, T=1.5)
 TRUE_OVERDAMPED = dict(entropy=fd.Tsallis(1.5), mass=0.0, damping=1.2, T=0.8)
 # every fit below shares one compiled program (same data shape and family set)
-SHARED = dict(compile_with=("Kaniadakis", "Tsallis", "Shannon"))
+SHARED = dict(compile_with=(fd.Kaniadakis(0.5), fd.Tsallis(1.7), fd.Shannon()))
 
 
 def _noisy(rho, rng):
@@ -42,7 +42,7 @@ def data():
 
 @pytest.fixture(scope="module")
 def inertial_fit(data):
-    return fd.fit_path(data["inertial"], fd.Kaniadakis, scores=data["z"], times=TIMES,
+    return fd.fit_path(fd.Kaniadakis(0.5), data["z"], data["inertial"], times=TIMES,
                        restarts=4, steps=40, seed=0, **SHARED)
 
 
@@ -129,7 +129,7 @@ def test_recovers_overdamped_parameters_and_family(data, inertial_fit):
     # gamma = 1.2, T = 0.8, 0.5% noise: gamma and T within 5%, q within 0.05. The same
     # paths are not explained by Shannon as well: its loss is > 5x larger. The inertial
     # Kaniadakis paths are not explained by Kaniadakis' overdamped flow either (> 5x).
-    f = fd.fit_path(data["overdamped"], fd.Tsallis, scores=data["z"], times=TIMES,
+    f = fd.fit_path(fd.Tsallis(1.7), data["z"], data["overdamped"], times=TIMES,
                     overdamped=True, restarts=4, steps=40, seed=0, **SHARED)
     assert f.overdamped and f.n_params == 3
     np.testing.assert_array_equal(np.asarray(f.mass), 0.0)
@@ -137,27 +137,33 @@ def test_recovers_overdamped_parameters_and_family(data, inertial_fit):
     np.testing.assert_allclose(np.asarray(f.T), 0.8, rtol=0.05)
     np.testing.assert_allclose(np.asarray(f.shape), 1.5, atol=0.05)
     assert np.all(np.isinf(np.asarray(f.zeta)))
-    g = fd.fit_path(data["overdamped"], fd.Shannon, scores=data["z"], times=TIMES,
+    g = fd.fit_path(fd.Shannon(), data["z"], data["overdamped"], times=TIMES,
                     overdamped=True, restarts=4, steps=40, seed=0, **SHARED)
     assert np.all(np.asarray(g.loss) > 5 * np.asarray(f.loss))
-    h = fd.fit_path(data["inertial"], "kaniadakis", scores=data["z"], times=TIMES,
+    h = fd.fit_path(fd.Kaniadakis(0.5), data["z"], data["inertial"], times=TIMES,
                     overdamped=True, restarts=4, steps=40, seed=0, **SHARED)
     assert np.all(np.asarray(h.loss) > 5 * np.asarray(inertial_fit.loss))
 
 
 def test_input_validation(data):
     with pytest.raises(ValueError, match="cannot fit family"):
-        fd.fit_path(data["inertial"], fd.SharmaMittal, scores=data["z"])
+        fd.fit_path(fd.SharmaMittal(1.5, 0.5), data["z"], data["inertial"])
     with pytest.raises(ValueError, match="energy model B"):
-        fd.fit_path(data["inertial"], fd.Shannon, scores=data["z"], energy_model="B")
+        fd.fit_path(fd.Shannon(), data["z"], data["inertial"], energy_model="B")
     with pytest.raises(ValueError, match="energy_model"):
-        fd.fit_path(data["inertial"], fd.Shannon, scores=data["z"], energy_model="C")
+        fd.fit_path(fd.Shannon(), data["z"], data["inertial"], energy_model="C")
     with pytest.raises(ValueError, match="increasing"):
-        fd.fit_path(data["inertial"], fd.Shannon, scores=data["z"], times=TIMES[::-1])
+        fd.fit_path(fd.Shannon(), data["z"], data["inertial"], times=TIMES[::-1])
     with pytest.raises(ValueError, match="layer 0"):
         mask = np.ones(K, bool)
         mask[0] = False
-        fd.fit_path(data["inertial"], fd.Shannon, scores=data["z"], fit_layers=mask)
+        fd.fit_path(fd.Shannon(), data["z"], data["inertial"], fit_layers=mask)
+    # the family comes as an instance (it also gives the starting shape), not a name or class
+    for family in ("tsallis", fd.Tsallis):
+        with pytest.raises(TypeError, match=r"entropy instance such as fisherdyn\.Tsallis"):
+            fd.fit_path(family, data["z"], data["inertial"])
+    with pytest.raises(TypeError, match="compile_with must be an entropy instance"):
+        fd.fit_path(fd.Shannon(), data["z"], data["inertial"], compile_with=["Tsallis"])
 
 
 
@@ -173,13 +179,13 @@ def test_stiff_inertial_fit_nests_in_the_overdamped_one(data):
     fast = fd.simulate(fd.Shannon(), data["z"], 1.0, mass=0.0, damping=0.1,
                        rho0=rng.dirichlet(np.full(N, 4.0), size=2), saveat=TIMES, t1=TIMES[-1])
     paths = _noisy(fast.rho, rng)
-    kw = dict(scores=data["z"], times=TIMES, restarts=2, steps=30, seed=0, **SHARED)
-    over = fd.fit_path(paths, fd.Shannon, overdamped=True, **kw)
-    stiff = fd.fit_path(paths, fd.Shannon, init=over, solver="kvaerno5", **kw)
+    kw = dict(times=TIMES, restarts=2, steps=30, seed=0, **SHARED)
+    over = fd.fit_path(fd.Shannon(), data["z"], paths, overdamped=True, **kw)
+    stiff = fd.fit_path(fd.Shannon(), data["z"], paths, init=over, solver="kvaerno5", **kw)
     assert np.all(np.asarray(stiff.success))
     assert np.all(np.asarray(stiff.loss) <= np.asarray(over.loss) * (1 + 1e-6))
     with pytest.raises(ValueError, match="solver"):
-        fd.fit_path(paths, fd.Shannon, solver="euler", **kw)
+        fd.fit_path(fd.Shannon(), data["z"], paths, solver="euler", **kw)
 
 
 def test_fit_program_compiles_without_xla_log_noise():
@@ -198,7 +204,7 @@ def test_fit_program_compiles_without_xla_log_noise():
         "z = np.array([1.2, 0.3, -0.5, 0.8, -1.1])\n"
         "path = fd.simulate(fd.Shannon(), z, 1.0, mass=0.0, damping=1.0, saveat=times,\n"
         "                   t1=times[-1]).rho\n"
-        "fit = fd.fit_path(np.asarray(path), fd.Shannon, scores=z, times=times,\n"
+        "fit = fd.fit_path(fd.Shannon(), z, np.asarray(path), times=times,\n"
         "                  overdamped=True, restarts=2, steps=2)\n"
         "print(float(fit.loss))\n"
     )

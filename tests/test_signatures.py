@@ -5,8 +5,11 @@ The rule, by kind of function (each exported function is listed under exactly on
 - operators, dynamics and analysis of one family: `(entropy, scores, T, *, options)`;
   without scores (the family's own ramp) `(entropy, T, *, ...)`; for the Abe expansion,
   whose family is fixed, `(scores, T, *, ...)`.
-- a function evaluated at a point of the simplex (a free energy, a loss): that point right
-  after the scores, `(entropy, scores, point, T, *, options)`.
+- a function evaluated at a point of the simplex (a free energy, a loss) or at a state of
+  the dynamics (a step): that point or state right after the scores,
+  `(entropy, scores, point, T, *, options)`.
+- a fit to measured data: the measurement in the place of the point, and no T, which is
+  fitted: `(entropy, scores, path, *, options)`.
 - attention: `(q, k, v, *, entropy, T, mask, bias)`, `(q, k, *, ...)` for the weights.
 - the `entmax` package's names: the scores, then the target (losses), then the family
   parameter `alpha`, as that package orders them: `(scores, [target], [alpha], *, axis,
@@ -41,6 +44,8 @@ LEADING = {
             "simulate",
             "relax",
             "relaxation_spectrum",
+            "fisher_score_dynamics",
+            "linear_score_dynamics",
         )
     },
     "family without scores": {
@@ -54,6 +59,10 @@ LEADING = {
     "at a point": {
         "free_energy": ("entropy", "scores", "rho", "T"),
         "fenchel_young_loss": ("entropy", "scores", "target", "T"),
+        "fisher_loop_step": ("entropy", "scores", "state", "T"),
+    },
+    "fit": {
+        "fit_path": ("entropy", "scores", "path"),
     },
     "attention": {
         "attention": ("q", "k", "v"),
@@ -79,42 +88,23 @@ LEADING = {
         "result_name": ("result",),
         "enable_compilation_cache": ("path",),
         "sweep": ("spec", "store"),
+        # score space: no family and no temperature (the readout applies them)
+        "linear_score_step": ("scores", "state"),
     },
 }
 
 # Exported functions that do not follow the rule yet, each with the reason; the entry goes
 # when the function is brought in line.
-EXCEPTIONS = {
-    "fit_path": "takes a family name and positional options; its signature changes with "
-    "the weight-tied code's move out of the library",
-    "fisher_score_dynamics": "mass, damping and T positional after `times`; changes with "
-    "the weight-tied code's move",
-    "linear_score_dynamics": "its entropy comes last, keyword-only; changes with the "
-    "weight-tied code's move",
-    "fisher_loop_step": "a layer's inner step with positional state; changes with the "
-    "weight-tied code's move",
-    "linear_score_step": "a layer's inner step with positional state; changes with the "
-    "weight-tied code's move",
-}
+EXCEPTIONS: dict[str, str] = {}
 
 
 def _exported_functions():
     """{name: function} of every exported function (classes, enumerations and constants
-    left out), and the names of those that belong to the weight-tied study, which is
-    leaving the library for studies/ and is not held to the convention."""
-    out, study = {}, set()
-    for name in fd.__all__:
-        obj = getattr(fd, name)
-        if not inspect.isfunction(obj):
-            continue
-        if "._weight_tied" in obj.__module__:
-            study.add(name)
-        else:
-            out[name] = obj
-    return out, study
+    left out)."""
+    return {name: obj for name in fd.__all__ if inspect.isfunction(obj := getattr(fd, name))}
 
 
-FUNCTIONS, STUDY = _exported_functions()
+FUNCTIONS = _exported_functions()
 CLASSIFIED = {name: lead for kind in LEADING.values() for name, lead in kind.items()}
 
 
@@ -124,8 +114,16 @@ def test_every_exported_function_is_classified_once():
     assert not set(names) & set(EXCEPTIONS), "a function both classified and excepted"
     unlisted = sorted(set(FUNCTIONS) - set(names) - set(EXCEPTIONS))
     assert not unlisted, f"exported functions not classified in test_signatures: {unlisted}"
-    stale = sorted((set(names) | set(EXCEPTIONS)) - set(FUNCTIONS) - STUDY)
+    stale = sorted((set(names) | set(EXCEPTIONS)) - set(FUNCTIONS))
     assert not stale, f"classified but not exported functions: {stale}"
+
+
+def test_every_exported_function_is_the_librarys_own():
+    """The studies (studies/, imported by their own names) use the library and are not
+    re-exported by it: every exported function is defined in a module of fisherdyn."""
+    foreign = {name: f.__module__ for name, f in FUNCTIONS.items()
+               if f.__module__.split(".")[0] != "fisherdyn"}
+    assert not foreign, f"exported functions defined outside fisherdyn: {foreign}"
 
 
 def test_the_kinds_follow_their_rule():
@@ -133,6 +131,8 @@ def test_the_kinds_follow_their_rule():
     assert all(lead == OPERATOR for lead in LEADING["operator"].values())
     for lead in LEADING["at a point"].values():
         assert lead[:2] == OPERATOR[:2] and lead[3:] == OPERATOR[2:] and len(lead) == 4
+    for lead in LEADING["fit"].values():
+        assert lead[:2] == OPERATOR[:2] and len(lead) == 3 and "T" not in lead
     for lead in LEADING["family without scores"].values():
         assert lead == ("entropy", "T")
     for lead in LEADING["fixed family (Abe)"].values():

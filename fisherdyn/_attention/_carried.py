@@ -116,8 +116,8 @@ class FisherLoop(AbstractCarriedLoop):
 
     def advance(self, state, scores, entropy, T, dt):
         col = lambda a: a[:, None]  # noqa: E731
-        return fisher_loop_step(entropy, state[0], state[1], scores, col(T), col(self.mass),
-                                col(self.damping), dt, self.substeps)
+        return fisher_loop_step(entropy, scores, state, col(T), mass=col(self.mass),
+                                damping=col(self.damping), dt=dt, substeps=self.substeps)
 
     def weights(self, state, entropy, T):
         x2 = state[0] * state[0]
@@ -144,8 +144,7 @@ class LinearScoreLoop(AbstractCarriedLoop):
         return self.damping / self.mass
 
     def advance(self, state, scores, entropy, T, dt):
-        return linear_score_step(state[0], state[1], scores, self.a[:, None], self.b[:, None],
-                                 dt)
+        return linear_score_step(scores, state, a=self.a[:, None], b=self.b[:, None], dt=dt)
 
     def weights(self, state, entropy, T):
         return stationary(entropy, state[0], T[:, None, None])

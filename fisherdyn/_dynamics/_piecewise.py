@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
 from .._custom_types import Array, ArrayLike, Float
-from .._entropies import AbstractEntropy, Shannon
+from .._entropies import AbstractEntropy
 from .._stationary import stationary
 from ._coordinates import SphereCoordinates
 from ._system import FisherSystem
@@ -35,10 +35,10 @@ __all__ = [
 
 def fisher_loop_step(
     entropy: AbstractEntropy,
-    position: Float[Array, "*batch N"],
-    velocity: Float[Array, "*batch N"],
     scores: Float[Array, "*batch N"],
+    state: tuple[Float[Array, "*batch N"], Float[Array, "*batch N"]],
     T: Float[ArrayLike, "*#batch"],
+    *,
     mass: Float[ArrayLike, "*#batch"],
     damping: Float[ArrayLike, "*#batch"],
     dt: float,
@@ -53,16 +53,18 @@ def fisher_loop_step(
 
     **Arguments:**
 
-    - `entropy`: the family; `position` $\\psi$, `velocity` $\\dot\\psi$: the state
-      (leading axes are batch axes; $\\sum\\psi^2 = 1$, $\\psi\\cdot\\dot\\psi = 0$).
-    - `scores`: the scores $z$ held fixed over the step; `T`, `mass` ($m > 0$), `damping`
-      ($\\gamma$): per problem (broadcast against the batch axes).
+    - `entropy`: the family; `scores`: the scores $z$ held fixed over the step.
+    - `state`: `(position, velocity)`, $(\\psi, \\dot\\psi)$ (leading axes are batch axes;
+      $\\sum\\psi^2 = 1$, $\\psi\\cdot\\dot\\psi = 0$), as this function returns it.
+    - `T`, `mass` ($m > 0$), `damping` ($\\gamma$): per problem (broadcast against the batch
+      axes).
     - `dt`: the time step; `substeps`: RK4 steps within it (static).
 
     **Returns:**
 
     The state `(position, velocity)` at time `dt`.
     """
+    position, velocity = state
     batch = scores.shape[:-1]
     bcast = lambda a: jnp.broadcast_to(jnp.asarray(a, scores.dtype), batch)  # noqa: E731
     T, mass, damping = bcast(T), bcast(mass), bcast(damping)
@@ -113,9 +115,9 @@ def _oscillator_propagator(a, b, dt):
 
 
 def linear_score_step(
-    z: Float[Array, "*batch N"],
-    v: Float[Array, "*batch N"],
     scores: Float[Array, "*batch N"],
+    state: tuple[Float[Array, "*batch N"], Float[Array, "*batch N"]],
+    *,
     a: Float[ArrayLike, "*#batch"],
     b: Float[ArrayLike, "*#batch"],
     dt: float,
@@ -128,7 +130,9 @@ def linear_score_step(
 
     **Arguments:**
 
-    - `z`, `v`: the score-space state and its velocity; `scores`: $s$, held fixed.
+    - `scores`: $s$, held fixed; `state`: `(z, v)`, the score-space state and its velocity,
+      as this function returns it. No entropy and no temperature: the oscillator lives in
+      score space (a readout applies them).
     - `a` (> 0), `b` (>= 0): stiffness and damping per problem (broadcast against the
       batch axes); `dt`: the time step.
 
@@ -136,6 +140,7 @@ def linear_score_step(
 
     `(z, v)` at time `dt`.
     """
+    z, v = state
     batch = scores.shape[:-1]
     a = jnp.broadcast_to(jnp.asarray(a, scores.dtype), batch)
     b = jnp.broadcast_to(jnp.asarray(b, scores.dtype), batch)
@@ -147,15 +152,15 @@ def linear_score_step(
 
 
 def linear_score_dynamics(
+    entropy: AbstractEntropy,
     scores: Float[ArrayLike, "K *batch N"],
+    T: Float[ArrayLike, "*#batch"],
+    *,
     times: Float[ArrayLike, " K+1"],
     a: Float[ArrayLike, "*#batch"],
     b: Float[ArrayLike, "*#batch"],
-    T: Float[ArrayLike, "*#batch"],
     z0: Float[ArrayLike, "*#batch N"] | None = None,
     v0: Float[ArrayLike, "*#batch N"] | None = None,
-    *,
-    entropy: AbstractEntropy | None = None,
 ) -> tuple[Float[Array, "K+1 *batch N"], Float[Array, "K+1 *batch N"],
            Float[Array, "K+1 *batch N"]]:
     """Attention paths of the linear score-space dynamics (the equal-parameter baseline).
@@ -167,19 +172,19 @@ def linear_score_dynamics(
 
     **Arguments:**
 
+    - `entropy`: the normalizer (`fisherdyn.Shannon()` for softmax).
     - `scores`: `(K, *batch, N)`, one row per interval (leading axis; hold one vector
       with `jnp.broadcast_to`).
+    - `T` (> 0): the readout's temperature, a scalar or per problem (broadcast against
+      `*batch`).
     - `times`: `(K + 1,)` non-decreasing times $t_0..t_K$.
-    - `a` (> 0), `b`, `T` (> 0): stiffness, damping, temperature, scalars or per problem
-      (broadcast against `*batch`).
+    - `a` (> 0), `b`: stiffness and damping, scalars or per problem.
     - `z0`, `v0`: the initial state (default 0: uniform attention, at rest).
-    - `entropy`: the normalizer (default Shannon).
 
     **Returns:**
 
     `(attn, z, v)`, each `(K + 1, *batch, N)` at the times $t_0..t_K$.
     """
-    entropy = Shannon() if entropy is None else entropy
     s_k = jnp.asarray(scores)
     times = jnp.asarray(times, s_k.dtype)
     shape = s_k.shape[1:]
@@ -190,7 +195,7 @@ def linear_score_dynamics(
 
     def body(carry, inp):
         s, dt = inp
-        new = linear_score_step(carry[0], carry[1], s, a, b, dt)
+        new = linear_score_step(s, carry, a=a, b=b, dt=dt)
         return new, new
 
     _, (zs, vs) = jax.lax.scan(body, (z0, v0), (s_k, jnp.diff(times)))
@@ -203,13 +208,13 @@ def linear_score_dynamics(
 def fisher_score_dynamics(
     entropy: AbstractEntropy,
     scores: Float[ArrayLike, "K *batch N"],
+    T: Float[ArrayLike, "*#batch"],
+    *,
     times: Float[ArrayLike, " K+1"],
     mass: Float[ArrayLike, "*#batch"],
     damping: Float[ArrayLike, "*#batch"],
-    T: Float[ArrayLike, "*#batch"],
     rho0: Float[ArrayLike, "*#batch N"] | None = None,
     velocity0: Float[ArrayLike, "*#batch N"] | None = None,
-    *,
     substeps: int = 4,
 ) -> tuple[Float[Array, "K+1 *batch N"], Float[Array, "K+1 *batch N"],
            Float[Array, "K+1 *batch N"]]:
@@ -222,8 +227,9 @@ def fisher_score_dynamics(
     **Arguments:**
 
     - `entropy`: the family; `scores`: `(K, *batch, N)`, one row per interval.
+    - `T`: the temperature, a scalar or per problem.
     - `times`: `(K + 1,)` non-decreasing times $t_0..t_K$.
-    - `mass` ($m > 0$), `damping` ($\\gamma$), `T`: scalars or per problem.
+    - `mass` ($m > 0$), `damping` ($\\gamma$): scalars or per problem.
     - `rho0`: initial weights (default uniform); `velocity0`: initial $\\dot\\rho$
       (default 0, at rest).
     - `substeps`: RK4 steps per interval (static).

@@ -67,22 +67,20 @@ fit_families: tuple[str, ...] = tuple(f.name for f in FAMILIES)
 shape parameters and contains Renyi (r -> 1) and Tsallis (r = q) as limits)."""
 
 
-def resolve_family(family: type | AbstractEntropy | str) -> tuple[int, float | None]:
-    """(index into `FAMILIES`, initial shape value or None) from a class, an instance or a
-    name."""
-    init = None
-    if isinstance(family, AbstractEntropy):
-        init_leaves = [float(np.asarray(v)) for v in vars(family).values()]
-        init = init_leaves[0] if init_leaves else None
-        family = type(family)
-    if isinstance(family, str):
-        key = family.strip().lower().replace("-", "").replace("_", "").replace("é", "e")
-        names = {f.name.lower(): i for i, f in enumerate(FAMILIES)}
-        names["entmax"] = names["tsallis"]
-        if key not in names:
-            raise ValueError(f"cannot fit family {family!r}; choose one of {fit_families}")
-        return names[key], init
+def family_of(entropy: AbstractEntropy, argument: str = "entropy") -> tuple[int, float | None]:
+    """(index into `FAMILIES`, the instance's shape parameter or None) of an entropy instance;
+    a name or a class is refused, since the instance also gives the fit its starting shape."""
+    if not isinstance(entropy, AbstractEntropy):
+        what = f"the name {entropy!r}" if isinstance(entropy, str) else repr(entropy)
+        raise TypeError(f"{argument} must be an entropy instance such as fisherdyn.Tsallis(1.5) "
+                        f"(the family and its starting shape), got {what}")
     for i, f in enumerate(FAMILIES):
-        if family is f.cls:
-            return i, init
-    raise ValueError(f"cannot fit family {family!r}; choose one of {fit_families}")
+        if type(entropy) is f.cls:
+            leaves = [float(np.asarray(v)) for v in vars(entropy).values()]
+            return i, (leaves[0] if leaves else None)
+    raise ValueError(f"cannot fit family {type(entropy).__name__}; choose one of {fit_families}")
+
+
+def family_index(name: str) -> int:
+    """The index into `FAMILIES` of a family's name as `PathFit.family` records it."""
+    return [f.name for f in FAMILIES].index(name)

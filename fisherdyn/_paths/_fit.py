@@ -46,7 +46,7 @@ import numpy as np
 
 from .._custom_types import Array, ArrayLike, Bool, Float
 from .._entropies import AbstractEntropy
-from ._charts import FAMILIES, Family, resolve_family
+from ._charts import FAMILIES, Family, family_index, family_of
 from ._fit_model import (
     FLOOR,
     LOG_BOX,
@@ -142,8 +142,7 @@ class PathFit(eqx.Module):
             flat = lambda x: x.reshape((-1,) + x.shape[len(shape):])  # noqa: E731
             data = jax.tree_util.tree_map(flat, self._data)
             a, ok = predict_program(
-                jnp.asarray(self._static.compiled.index(resolve_family(self.family)[0]),
-                            jnp.int32),
+                jnp.asarray(self._static.compiled.index(family_index(self.family)), jnp.int32),
                 jnp.asarray(self.overdamped), flat(self._params), data, times, self._static,
                 *(jnp.asarray(v, jnp.float64) for v in self._tols),
             )
@@ -264,10 +263,10 @@ def _warm_start(init: PathFit, data: FitData, overdamped: bool):
 
 
 def fit_path(
-    path: Float[ArrayLike, "*batch K N"],
-    entropy_family: type[AbstractEntropy] | AbstractEntropy | str,
-    *,
+    entropy: AbstractEntropy,
     scores: Float[ArrayLike, "*#batch K N"] | Float[ArrayLike, "*#batch N"],
+    path: Float[ArrayLike, "*batch K N"],
+    *,
     times: Float[ArrayLike, "*#batch K"] | None = None,
     energy_model: str | ArrayLike = "A",
     overdamped: bool = False,
@@ -282,7 +281,7 @@ def fit_path(
     atol: float = 1e-8,
     max_ode_steps: int = 256,
     solver: str = "tsit5",
-    compile_with: Sequence[type[AbstractEntropy] | AbstractEntropy | str] | None = None,
+    compile_with: Sequence[AbstractEntropy] | None = None,
 ) -> PathFit:
     """Fit the damped Fisher-Lagrangian dynamics of one entropy family to measured paths.
 
@@ -298,12 +297,13 @@ def fit_path(
 
     **Arguments:**
 
-    - `path`: measured weights, shape `(..., K, N)` (leading axes: independent paths, fitted
-      in one vmapped call).
-    - `entropy_family`: a class (`fisherdyn.Tsallis`), an instance (its shape parameter is
-      the first restart's initial guess) or a name; one of `fit_families`.
+    - `entropy`: an instance of one of `fit_families`: the family to fit, its shape
+      parameter the first restart's initial guess (`fisherdyn.Tsallis(1.5)` starts $q$ at
+      1.5).
     - `scores`: the measured scores $z = -E$, `(..., K, N)` per layer, or `(..., N)` (energy
       model A only).
+    - `path`: measured weights, shape `(..., K, N)` (leading axes: independent paths, fitted
+      in one vmapped call).
     - `times`: `(K,)` or `(..., K)` increasing layer times (default `0, 1, ..., K-1`: time
       measured in layers). The fitted m and gamma are in this time unit.
     - `energy_model`: `"A"` fixed energies from the scores at the last fitted layer (pure
@@ -327,22 +327,22 @@ def fit_path(
     - `solver`: `"tsit5"` (explicit, the default) or `"kvaerno5"` (implicit, for stiff
       fits: an inertial fit whose m/gamma is far below a layer step, near its overdamped
       limit, which the explicit solver cannot resolve within `max_ode_steps`).
-    - `compile_with`: families (classes, instances or names) to compile into the same
-      program as `entropy_family`, so that fitting each of them afterwards (with the same
-      `compile_with` and data shape) reuses it; default: only `entropy_family`. Compilation
+    - `compile_with`: entropy instances whose families are compiled into the same program
+      as `entropy`'s, so that fitting each of them afterwards (with the same
+      `compile_with` and data shape) reuses it; default: only `entropy`'s family. Compilation
       time grows with the number of families in the program.
 
     **Returns:**
 
     A `PathFit` (batched like `path`).
     """
-    fam_index, init_shape = resolve_family(entropy_family)
+    fam_index, init_shape = family_of(entropy)
     fam = FAMILIES[fam_index]
     model_label = _energy_label(energy_model)
     if restarts < 1 or steps < 1:
         raise ValueError("restarts and steps must be >= 1")
     overdamped = bool(overdamped)
-    compiled = {fam_index} | {resolve_family(f)[0] for f in (compile_with or ())}
+    compiled = {fam_index} | {family_of(f, "compile_with")[0] for f in (compile_with or ())}
     if solver not in ("tsit5", "kvaerno5"):
         raise ValueError(f"solver must be 'tsit5' or 'kvaerno5', got {solver!r}")
     static = FitStatic(int(max_ode_steps), tuple(sorted(compiled)), solver)

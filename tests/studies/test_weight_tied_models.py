@@ -241,8 +241,8 @@ def test_linear_model_is_linear_score_dynamics_of_its_scores():
     np.testing.assert_allclose(par["b"], 3.0, rtol=1e-6)
     paths = wt.extract_paths(model, _pointer_problems(cfg), dtype=jnp.float64)
     times = jnp.concatenate([jnp.zeros(1), paths.attn_t])
-    attn, _, _ = linear_score_dynamics(paths.scores, times, jnp.asarray(par["a"]),
-                                       jnp.asarray(par["b"]), model.T)
+    attn, _, _ = linear_score_dynamics(fd.Shannon(), paths.scores, model.T, times=times,
+                                       a=jnp.asarray(par["a"]), b=jnp.asarray(par["b"]))
     np.testing.assert_allclose(np.asarray(paths.attn), np.asarray(attn[1:]), rtol=0,
                                atol=1e-12)
 
@@ -446,9 +446,10 @@ def test_fisher_score_dynamics_replays_the_model():
     paths = wt.extract_paths(model, _pointer_problems(cfg), dtype=jnp.float64)
     par = model.dynamics_parameters()
     times = jnp.concatenate([jnp.zeros(1), paths.attn_t])
-    attn, _, _ = fisher_score_dynamics(cfg.entropy, paths.scores, times,
-                                       jnp.asarray(par["mass"]), jnp.asarray(par["damping"]),
-                                       jnp.asarray(par["T"]), substeps=cfg.substeps)
+    attn, _, _ = fisher_score_dynamics(cfg.entropy, paths.scores, jnp.asarray(par["T"]),
+                                       times=times, mass=jnp.asarray(par["mass"]),
+                                       damping=jnp.asarray(par["damping"]),
+                                       substeps=cfg.substeps)
     np.testing.assert_allclose(np.asarray(attn[0]), 1 / cfg.n_ctx, atol=1e-15)
     np.testing.assert_allclose(np.asarray(attn[1:]), np.asarray(paths.attn), rtol=0,
                                atol=1e-12)
