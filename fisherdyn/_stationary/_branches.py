@@ -149,6 +149,10 @@ def _branches_jit(entropy, scores, T, mask, n_grid):
         )
     logM, rho_g, nu_g, r = _scan_consistency(entropy, z, keep, T, n_grid)
     r = r[..., 0]
+    # r >= 0 at the range's first end (M_q >= N^(1-q) for q > 1, >= 1 for q < 1), with
+    # equality at a uniform profile (all scores tied): a root there must not be lost to the
+    # residual's rounding
+    r = r.at[0].set(jnp.maximum(r[0], jnp.finfo(r.dtype).tiny))
     sign_change = ((r[:-1] > 0) & (r[1:] <= 0)) | ((r[:-1] < 0) & (r[1:] >= 0))
     down = r[:-1] > 0
     a = jnp.where(down, logM[:-1, 0], logM[1:, 0])  # orient so r(a) >= 0 >= r(b)

@@ -162,9 +162,10 @@ def stationary(
 
     **Returns:** $\\rho$ with the shape of `scores`. Renyi / Sharma-Mittal return the
     self-consistent branch of least free energy (see `stationary_branches`). A row of a
-    separable family whose normalization root has not converged after 200 iterations is
-    returned as NaN (unless its weights already sum to 1 at round-off), never as an
-    unconverged answer; `stationary_info` reports it as a result code.
+    separable family whose normalization root has not converged after 200 iterations, or
+    whose weights do not sum to 1 in its dtype (Tsallis in float32 with a threshold below
+    float32's smallest normal number from the top score), is returned as NaN, never as an
+    unconverged answer or zeros; `stationary_info` reports it as a result code.
     """
     check_entropy(entropy)
     if where is not None:
