@@ -134,6 +134,11 @@ def _jit_batch(single, system, rho0, v0, extra, static, sharded=False):
         found = _explicit_batch_axis(args)
         if found is not None:
             return _vmap_explicitly_sharded(fn, args, *found)
+    if not sharded:
+        # the barrier hides that per-problem copies of a shared end time or save times are
+        # broadcasts, on which XLA's algebraic simplifier loops inside a caller's jit (a page
+        # of warnings on stderr per compilation); on the extras only, so results stay the same
+        args = (*args[:3], jax.lax.optimization_barrier(extra))
     block = _block_size()
     if size <= block or sharded:
         return jax.vmap(fn)(args)
