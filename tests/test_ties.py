@@ -210,7 +210,8 @@ def test_many_ties(problem):
         (("tsallis", 8.0), 100_000, jnp.float32),
         (("renyi", 8.0), 100_000, jnp.float32),
     ],
-    ids=lambda x: spec_id(x) if isinstance(x, tuple) else str(x),
+    ids=lambda x: (spec_id(x) if isinstance(x, tuple) else
+                   str(x) if isinstance(x, int) else jnp.dtype(x).name),
 )
 def test_tied_rows_at_large_n(spec, n, dtype):
     """Concrete parameters (the integer-exponent paths of q = 2, 3/2 included), the exact
