@@ -132,11 +132,17 @@ class _TsallisCutoffLaw(AbstractCutoffComponentLaw):
         q = self.entropy.q
         b = jnp.maximum((q - 1) * u / q, 0.0)
         p = concrete_float(1.0 / (q - 1)) if concrete_float(q) is not None else None
-        if p is not None and p == round(p) and 1 <= p <= 4:
-            # integer exponent (q = 2, 3/2): multiplies instead of exp/log
+        if p == 1:
+            # q = 2 (sparsemax): a select, not max(., 0), whose zero XLA:CPU would write out
+            # as a whole array on every pass to hand the row sum to its reduction library
+            active = u > 0
+            x = jnp.where(active, (q - 1) * u / q, 0.0)
+            slope = active.astype(u.dtype) / q  # (not where(., 1/q, 0): weakly f64)
+        elif p is not None and p == round(p) and 2 <= p <= 4:
+            # integer exponent (q = 3/2): multiplies instead of exp/log
             p = int(round(p))
             x = b**p
-            slope = (b > 0).astype(b.dtype) / q if p == 1 else b ** (p - 1) / q
+            slope = b ** (p - 1) / q
         else:
             active = b > 0
             b_safe = jnp.where(active, b, 1.0)
