@@ -412,3 +412,18 @@ MAX_ERR: dict[str, float] = {}  # measured maxima, printed with -s (conftest.py)
 
 def record(key, value):
     MAX_ERR[key] = max(MAX_ERR.get(key, 0.0), float(value))
+
+
+def run_in_fresh_python(script: str):
+    """Run `script` in a new interpreter that imports this checkout's fisherdyn: what it
+    compiles, and what XLA logs to stderr, are that process's own."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get(
+        "PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=600)

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.integrate
-from helpers import h_reference
+from helpers import h_reference, run_in_fresh_python
 
 import fisherdyn as fd
 
@@ -384,8 +384,6 @@ def test_batched_simulate_in_a_jit_compiles_without_xla_log_noise():
     Run in a fresh interpreter, so that the program is compiled there and stderr is its own;
     the batch is checked against the same problems simulated one at a time, to 1e-12 (the
     same solver per problem; batching may change only round-off)."""
-    from pathlib import Path
-
     script = (
         "import jax, jax.numpy as jnp, numpy as np, fisherdyn as fd\n"
         "jax.config.update('jax_enable_x64', True)\n"
@@ -402,11 +400,7 @@ def test_batched_simulate_in_a_jit_compiles_without_xla_log_noise():
         "one = np.stack([sim(p, s[i], rho0[i], ts) for i in range(4)])\n"
         "print(float(np.max(np.abs(np.asarray(batch) - one))))\n"
     )
-    root = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get(
-        "PYTHONPATH")])))
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         env=env, timeout=600)
+    out = run_in_fresh_python(script)
     assert out.returncode == 0, out.stderr
     assert float(out.stdout.split()[-1]) < 1e-12, out.stdout
     assert "circular simplification loop" not in out.stderr, out.stderr[:2000]

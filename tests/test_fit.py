@@ -7,6 +7,7 @@ the generating parameters. All fits share one data shape, so the fitter compiles
 
 import numpy as np
 import pytest
+from helpers import run_in_fresh_python
 
 import fisherdyn as fd
 
@@ -193,11 +194,6 @@ def test_fit_program_compiles_without_xla_log_noise():
     were a broadcast XLA's algebraic simplifier looped on (it printed a page of "circular
     simplification loop" lines to stderr per fit). Run in a fresh interpreter, so that the
     program is compiled here and stderr is the process's own."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     script = (
         "import numpy as np, fisherdyn as fd\n"
         "times = np.linspace(0.0, 4.0, 9)\n"
@@ -208,11 +204,7 @@ def test_fit_program_compiles_without_xla_log_noise():
         "                  overdamped=True, restarts=2, steps=2)\n"
         "print(float(fit.loss))\n"
     )
-    root = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get(
-        "PYTHONPATH")])))
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         env=env, timeout=600)
+    out = run_in_fresh_python(script)
     assert out.returncode == 0, out.stderr
     assert np.isfinite(float(out.stdout.split()[-1]))
     assert "circular simplification loop" not in out.stderr, out.stderr[:2000]
