@@ -7,7 +7,7 @@ The toy family is Shannon plus a Gini-Simpson (quadratic) term,
 so G(x) = -s'(x) = 1 + ln x + c x (increasing), G(1) = 1 + c, and the stationary law
 T G(rho_i) = z_i + lambda has the closed form rho_i = W(c e^{u_i}) / c with
 u_i = (z_i + lambda)/T - 1 (W: Lambert's function). The family implements only the required
-interface (`G`, `G_prime`, `G1`, `inverse_shifted`, `_terms`) and none of the optional solver
+interface (`G`, `G_prime`, `G1`, `inverse_shifted`, `terms`) and none of the optional solver
 hooks, so every generic default of the separable solver is exercised.
 
 References: the Lambert-W closed form with the multiplier found by `scipy.optimize.brentq`
@@ -56,7 +56,7 @@ class ShannonGini(fd.AbstractSeparableEntropy):
         x = jnp.exp(jax.lax.fori_loop(0, 40, step, y / (1.0 + self.c)))
         return x, x / (1.0 + self.c * x)  # dx/dy = 1/G'(x)
 
-    def _terms(self, rho):
+    def terms(self, rho):
         safe = jnp.where(rho > 0, rho, 1.0)
         return jnp.where(rho > 0, -rho * jnp.log(safe), 0.0) - 0.5 * self.c * rho**2
 

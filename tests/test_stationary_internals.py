@@ -149,7 +149,7 @@ def test_second_order_start_is_closer_than_jensen(spec):
     hi = -T * float(entropy.G_shifted(1.0 / n))
     keep = jnp.ones(z.shape, bool)
     # the law as the solver evaluates it (Abe(1.5): its v iteration from a cold start)
-    law = entropy._component_law().cold
+    law = entropy.component_law().cold
     shift = np.asarray(st._spread_shift(entropy, jnp.asarray(z), keep, jnp.asarray(zbar),
                                         jnp.full_like(zbar, n), hi, T, law))
     err_jensen = np.abs(zbar + hi - nu_star)

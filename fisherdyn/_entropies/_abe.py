@@ -66,7 +66,7 @@ class Abe(AbstractSeparableEntropy):
     parse_names: ClassVar[tuple[str, ...]] = ("abe",)
     parse_defaults: ClassVar[tuple[float, ...]] = (1.5,)
     realization: ClassVar[str] = "component roots"
-    _row_block_bytes: ClassVar[int | None] = _ABE_BLOCK_BYTES
+    row_block_bytes: ClassVar[int | None] = _ABE_BLOCK_BYTES
 
     def tail_reference(self, T):
         q = float(self.q)
@@ -180,7 +180,7 @@ class Abe(AbstractSeparableEntropy):
         x, slope, _, _ = self._asinh_newton(y, self.log_guess(y), 40)
         return x, slope
 
-    def _terms(self, rho):
+    def terms(self, rho):
         # -(rho^q - rho^(1/q))/(q - 1/q) = -rho^(cosh eps) sinh(sinh(eps) l)/sinh(eps)
         log, pos = _safe_log(rho)
         eps = self.eps
@@ -188,7 +188,7 @@ class Abe(AbstractSeparableEntropy):
         val = -jnp.exp(jnp.cosh(eps) * log) * _sinh_ratio(s, log)
         return jnp.where(pos, val, 0.0)
 
-    def _inverse_slope(self, x):
+    def inverse_slope(self, x):
         # x / (dA/dl cosh A) in logs: G'(x) overflows in the deep tail
         log = jnp.log(x)
         A, dA = self.asinh_G_of_log(log)
@@ -205,7 +205,7 @@ class Abe(AbstractSeparableEntropy):
         Q = jnp.exp(self.eps)
         return Q, Q / (Q - 1)
 
-    def _component_law(self):
+    def component_law(self):
         # the v form away from q = 1 (cheap, warm-started), the asinh form near it
         if jnp.ndim(self.eps) > 0:
             return _AbeAsinhLaw(self)

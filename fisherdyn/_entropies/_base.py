@@ -18,7 +18,7 @@ from typing import ClassVar
 import equinox as eqx
 import jax.numpy as jnp
 
-from .._custom_types import Array, ArrayLike, Bool, Float
+from .._custom_types import Array, ArrayLike, Bool, Float, PyTree
 
 # parse name -> family class, filled by `AbstractEntropy.__init_subclass__`
 _REGISTRY: dict[str, type] = {}
@@ -81,18 +81,22 @@ class AbstractEntropy(eqx.Module):
                 raise ValueError(f"entropy name {name!r} is taken by {other.__qualname__}")
             _REGISTRY[key] = cls
 
-    def tail_reference(self, T) -> tuple[float | None, str]:
+    def tail_reference(self, T: float) -> tuple[float | None, str]:
         """The known far-tail law of the stationary map, as (value, formula): the exponent
         of an algebraic tail $\\rho \\sim |z|^{p}$, or the rate $d\\ln\\rho/dz$ of an
         exponential one; `(None, "")` where no closed form is known."""
         return None, ""
 
     @abc.abstractmethod
-    def value(self, rho: Float[ArrayLike, "*batch N"], mask=None) -> Float[Array, "*batch"]:
+    def value(
+        self, rho: Float[ArrayLike, "*batch N"], mask: Bool[ArrayLike, "*#batch N"] | None = None
+    ) -> Float[Array, "*batch"]:
         """$S(\\rho)$, reduced over the last axis."""
 
     @abc.abstractmethod
-    def grad(self, rho: Float[ArrayLike, "*batch N"], mask=None) -> Float[Array, "*batch N"]:
+    def grad(
+        self, rho: Float[ArrayLike, "*batch N"], mask: Bool[ArrayLike, "*#batch N"] | None = None
+    ) -> Float[Array, "*batch N"]:
         """$\\partial S/\\partial \\rho_i$ on the last axis."""
 
     @property
@@ -116,16 +120,23 @@ class AbstractComponentLaw(eqx.Module):
     # G(0^+)$ (zero at a finite cutoff, see `AbstractCutoffComponentLaw`).
     from_cutoff: ClassVar[bool] = False
 
-    def init(self, y, keep=None):
+    def init(
+        self, y: Float[Array, "*batch N"], keep: Bool[Array, "*batch N"] | None = None
+    ) -> PyTree[Array]:
         """The cold-start state for targets `y` (`keep`: the keys taking part, or None)."""
         return jnp.zeros((), y.dtype)
 
     @abc.abstractmethod
-    def __call__(self, y, state, cold: bool):
+    def __call__(
+        self, y: Float[Array, "*batch N"], state: PyTree[Array], cold: bool
+    ) -> tuple[Float[Array, "*batch N"], Float[Array, "*batch N"], PyTree[Array],
+               Float[Array, "*batch N"] | None]:
         """`(x, dx/dy, state, error)` at the targets `y`; `error` is None for an exact law.
         `cold`: the first evaluation, from `init`'s state."""
 
-    def cold(self, y):
+    def cold(
+        self, y: Float[Array, "*batch N"]
+    ) -> tuple[Float[Array, "*batch N"], Float[Array, "*batch N"]]:
         """`(x, dx/dy)` as the first evaluation gives it (used for the solver's start)."""
         x, slope, _, _ = self(y, self.init(y), True)
         return x, slope
@@ -144,7 +155,7 @@ class AbstractCutoffComponentLaw(AbstractComponentLaw):
     from_cutoff: ClassVar[bool] = True
 
     @abc.abstractmethod
-    def target(self, x):
+    def target(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
         """$u = G(x) - G(0^+)$ at weight x > 0, without cancellation."""
 
 
@@ -169,52 +180,54 @@ class ComponentLawSwitch(eqx.Module):
 class AbstractSeparableEntropy(AbstractEntropy):
     """$S = \\sum_i s(\\rho_i)$, described by $G(x) = -s'(x)$ (increasing).
 
-    Subclasses implement `G`, `G_prime`, `G1`, `inverse_shifted` and `_terms`; `G1 = G(1)`
+    Subclasses implement `G`, `G_prime`, `G1`, `inverse_shifted` and `terms`; `G1 = G(1)`
     is the gauge constant. `inverse_shifted(y)` returns `(x, dx/dy)` with $G(x) - G(1) = y$,
     which is what the stationary solver iterates on: working with the shifted law keeps every
     family well conditioned in its Shannon limit.
 
-    The solver hooks below (underscored) have generic defaults; a family overrides one only
+    The solver hooks below (after `grad`) have generic defaults; a family overrides one only
     to make its solve cheaper or better conditioned, never to make it correct.
     """
 
     separable: ClassVar[bool] = True
     # Whether the stationary map is softmax(z/T): the operator then uses the closed form.
-    _softmax: ClassVar[bool] = False
+    closed_form_softmax: ClassVar[bool] = False
     # Row-block size (bytes of scores) for a law whose evaluation chains many intermediates:
     # solved a block at a time, they stay in cache. None: the whole batch in one pass.
-    _row_block_bytes: ClassVar[int | None] = None
+    row_block_bytes: ClassVar[int | None] = None
 
     @abc.abstractmethod
-    def G(self, x):
+    def G(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
         """$G(x) = -\\partial S/\\partial x$."""
 
     @abc.abstractmethod
-    def G_prime(self, x):
+    def G_prime(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
         """$G'(x) > 0$."""
 
     @abc.abstractmethod
-    def G1(self):
+    def G1(self) -> Float[ArrayLike, ""]:
         """$G(1)$, the gauge constant."""
 
     @abc.abstractmethod
-    def inverse_shifted(self, y):
+    def inverse_shifted(
+        self, y: Float[Array, "*shape"]
+    ) -> tuple[Float[Array, "*shape"], Float[Array, "*shape"]]:
         """`(x, dx/dy)` solving $G(x) - G(1) = y$; `x = 0` where the law has a cutoff."""
 
     @abc.abstractmethod
-    def _terms(self, rho):
+    def terms(self, rho: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
         """Per-component entropy contributions $s(\\rho_i)$."""
 
-    def G_inverse(self, y):
+    def G_inverse(self, y: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
         """$G^{-1}(y)$ (0 below a cutoff)."""
         return self.inverse_shifted(y - self.G1())[0]
 
-    def G_shifted(self, x):
+    def G_shifted(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
         """$G(x) - G(1)$, evaluated without cancellation where a family needs it."""
         return self.G(x) - self.G1()
 
     def value(self, rho, mask=None):
-        return _masked_sum(self._terms(rho), mask)
+        return _masked_sum(self.terms(rho), mask)
 
     def grad(self, rho, mask=None):
         g = -self.G(rho)
@@ -222,27 +235,27 @@ class AbstractSeparableEntropy(AbstractEntropy):
 
     # ----------------------------------------------------------------- solver hooks
 
-    def _inverse_slope(self, x):
+    def inverse_slope(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
         """$dx/dy = 1/G'(x)$ at $x > 0$, overflow-free (the Jacobian's diagonal)."""
         return 1.0 / self.G_prime(x)
 
-    def _normalization_power(self):
+    def normalization_power(self) -> Float[ArrayLike, ""]:
         """Box-Cox power $\\lambda$: the solver zeroes $(S^\\lambda - 1)/\\lambda$ ($\\log S$
         at 0), $S(\\nu) = \\sum_i\\rho_i(\\nu)$. A power that makes it linear in $\\nu$ when
         one key is active needs fewest Newton steps (Shannon: 0)."""
         return 0.0
 
-    def _normalization_newton(self):
+    def normalization_newton(self) -> bool | Bool[Array, "..."]:
         """Whether Newton steps on the normalization are used (else Illinois only): `True`,
         or a boolean array for a law whose keys enter the support with infinite slope."""
         return True
 
-    def _second_order_start(self):
+    def second_order_start(self) -> bool | Bool[Array, "..."]:
         """Whether the start adds the spread correction to Jensen's bound: `True`, or a
         boolean array where the law's expansion near a cutoff is poor."""
         return True
 
-    def _component_law(self) -> AbstractComponentLaw | ComponentLawSwitch:
+    def component_law(self) -> AbstractComponentLaw | ComponentLawSwitch:
         """The component law the separable solver evaluates (default: `inverse_shifted`)."""
         return ExactComponentLaw(self)
 
@@ -262,24 +275,26 @@ class AbstractTsallisShapedEntropy(AbstractEntropy):
     may_have_cutoff: ClassVar[bool] = True
 
     @abc.abstractmethod
-    def temperature_factor(self, M):
+    def temperature_factor(self, M: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
         """$\\phi(M)$ with $T_{eff} = T\\,\\phi(M)$."""
 
-    def shape_exponent(self):
+    def shape_exponent(self) -> Float[ArrayLike, ""] | None:
         """$s$ with $\\phi(M) = M^{-s}$, or None where $\\phi$ is not a power (then the
         operator has no threshold parametrization for the family)."""
         return None
 
-    def value_of_log_moment(self, logM):
+    def value_of_log_moment(self, logM: Float[Array, "*batch"]) -> Float[Array, "*batch"]:
         """$S$ as a function of $\\ln M_q$ (used to rank branches by free energy)."""
         raise NotImplementedError(f"{type(self).__name__} has no value_of_log_moment")
 
-    def tsallis(self):
+    def tsallis(self) -> AbstractSeparableEntropy:
         from ._tsallis import Tsallis
 
         return Tsallis(self.q)
 
-    def moment(self, rho, mask=None):
+    def moment(
+        self, rho: Float[ArrayLike, "*batch N"], mask: Bool[ArrayLike, "*#batch N"] | None = None
+    ) -> Float[Array, "*batch"]:
         """$M_q(\\rho) = \\sum \\rho^q$."""
         log, pos = _safe_log(rho)
         return _masked_sum(jnp.where(pos, jnp.exp(self.q * log), 0.0), mask)

@@ -31,9 +31,9 @@ class Burg(AbstractSeparableEntropy):
         x = 1.0 / (1.0 - y)
         return x, x * x
 
-    def _terms(self, rho):
+    def terms(self, rho):
         return jnp.log(rho)
 
-    def _normalization_power(self):
+    def normalization_power(self):
         # S(nu)^-1 is exactly linear in nu when one key is active
         return -1.0

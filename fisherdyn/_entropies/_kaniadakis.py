@@ -69,11 +69,11 @@ class Kaniadakis(AbstractSeparableEntropy):
         x = jnp.exp(log_u * (1.0 / k) if plain else log_u / k)
         return x, x / r
 
-    def _terms(self, rho):
+    def terms(self, rho):
         log, pos = _safe_log(rho)
         return jnp.where(pos, -rho * _sinh_ratio(self._k, log), 0.0)
 
-    def _normalization_power(self):
+    def normalization_power(self):
         # between Shannon's log (exact for the exponential core) and -kappa (exact for the
         # algebraic tail x ~ |w|^(-1/kappa)): fewest Newton steps over typical score spreads
         return -0.5 * self._k

@@ -12,7 +12,7 @@ class Shannon(AbstractSeparableEntropy):
 
     parse_names: ClassVar[tuple[str, ...]] = ("shannon",)
     realization: ClassVar[str] = "closed form"
-    _softmax: ClassVar[bool] = True
+    closed_form_softmax: ClassVar[bool] = True
 
     def tail_reference(self, T):
         return 1.0 / float(T), "1/T"
@@ -33,6 +33,6 @@ class Shannon(AbstractSeparableEntropy):
         x = jnp.exp(y)
         return x, x
 
-    def _terms(self, rho):
+    def terms(self, rho):
         log, pos = _safe_log(rho)
         return jnp.where(pos, -rho * log, 0.0)

@@ -80,7 +80,7 @@ class Tsallis(AbstractSeparableEntropy):
             slope = jnp.where(active, x / (q * base_safe), 0.0)
         return x, slope
 
-    def _terms(self, rho):
+    def terms(self, rho):
         # rho (1 - rho^(q-1))/(q-1) = -rho expm1((q-1) ln rho)/(q-1): no cancellation near q=1.
         log, pos = _safe_log(rho)
         val = -rho * jnp.expm1((self.q - 1) * log) / (self.q - 1)
@@ -90,26 +90,26 @@ class Tsallis(AbstractSeparableEntropy):
         # (1 - sum rho^q)/(q-1) = (1 - sum rho)/(q-1) + sum rho (1 - rho^(q-1))/(q-1):
         # the first term vanishes on the simplex but keeps grad(value) exact off it.
         total = _masked_sum(rho, mask)
-        return (1.0 - total) / (self.q - 1) + _masked_sum(self._terms(rho), mask)
+        return (1.0 - total) / (self.q - 1) + _masked_sum(self.terms(rho), mask)
 
-    def _inverse_slope(self, x):
+    def inverse_slope(self, x):
         # x^(2-q)/q as one exp: 1/G'(x) would overflow at small x for q > 2
         return jnp.exp((2 - self.q) * jnp.log(x)) / self.q
 
-    def _normalization_power(self):
+    def normalization_power(self):
         # exactly linear in nu with one key active; for 1 < q <= 2, S^(q-1) is a p-norm,
         # convex in nu, so Newton from the left bracket end is monotone
         return jnp.minimum(self.q - 1, 1.0)
 
-    def _normalization_newton(self):
+    def normalization_newton(self):
         # for q > 2 keys enter the support with infinite slope, which stalls Newton
         return jnp.logical_not(jnp.asarray(self.q) > 2)
 
-    def _second_order_start(self):
+    def second_order_start(self):
         # near the cutoff (q > 1) the expansion behind the correction is poor
         return jnp.logical_not(self.q > 1)
 
-    def _component_law(self):
+    def component_law(self):
         q = concrete_float(self.q)
         if q is not None:
             return _TsallisCutoffLaw(self) if q >= _CUTOFF_GAUGE_Q else ExactComponentLaw(self)

@@ -32,7 +32,7 @@ from ._solution import StationarySolution, finish, result_where
 def _solve(entropy, z, keep, T):
     """(rho, T_eff) of prepared rows; T_eff keeps a trailing axis of 1."""
     if entropy.separable:
-        if entropy._softmax:
+        if entropy.closed_form_softmax:
             rho = softmax(z, keep, T)
         else:
             rho = solve_separable_rows(entropy, z, keep, T)
@@ -58,7 +58,7 @@ def _shifted_G(entropy, rho, active):
 def _slope(entropy, rho, active):
     """$dx/dy = 1/G'(x)$ on the support (0 off it), overflow-free."""
     safe = jnp.where(active, rho, 1.0)
-    return jnp.where(active, entropy._inverse_slope(safe), 0.0)
+    return jnp.where(active, entropy.inverse_slope(safe), 0.0)
 
 
 def _moment_weights(q, rho, active):
@@ -181,10 +181,10 @@ def _stationary_jit(entropy, scores, T, mask, axis):
     # solvers' stopping tests need more than 8 bits
     low = jnp.issubdtype(scores.dtype, jnp.floating) and jnp.finfo(scores.dtype).bits < 32
     z_in = scores.astype(jnp.float32) if low else scores
-    softmax_family = entropy.separable and entropy._softmax
+    softmax_family = entropy.separable and entropy.closed_form_softmax
     if mask is None and softmax_family:
         rho = _softmax_unmasked(z_in, T, axis)
-    elif mask is None and not (entropy.separable and entropy._row_block_bytes is not None):
+    elif mask is None and not (entropy.separable and entropy.row_block_bytes is not None):
         # (a row-blocked family keeps one path: its blocked loop would be compiled twice)
         rho = _solve_unmasked(entropy, z_in, T, axis)
     else:

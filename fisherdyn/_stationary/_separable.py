@@ -1,6 +1,6 @@
 """The batch-native separable root: $\\hat G(\\rho_i) = (z_i - \\nu)/T$, $\\sum_i\\rho_i = 1$.
 
-The componentwise inverse law (the family's `_component_law`) plus one scalar normalization
+The componentwise inverse law (the family's `component_law`) plus one scalar normalization
 root $\\nu$ per row, found by a bracketed (safeguarded) Newton iteration on a Box-Cox
 transform of $S(\\nu) = \\sum_i\\rho_i(\\nu)$. The bracket $[\\max z, \\max z - T\\hat G(1/N)]$
 is exact: at its ends the top weight is 1 and 1/N. A law with a finite cutoff
@@ -116,7 +116,7 @@ def _spread_shift(entropy, z, keep, zbar, n, hi, T, law=None):
     # value beyond, where the raw correction overshoots for wide rows
     shift = shift * jnp.minimum(1.0, 1.0 / V)
     shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
-    ok = entropy._second_order_start()
+    ok = entropy.second_order_start()
     if ok is not True:
         shift = jnp.where(ok, shift, 0.0)
     return jax.lax.stop_gradient(shift).astype(z.dtype)
@@ -199,9 +199,9 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, nan_if_unconv
                      law=None):
     r"""Solve $\hat G(\rho_i) = (z_i - \nu)/T$, $\sum\rho = 1$ for every row.
 
-    Bracketed Newton on a Box-Cox transform of $S(\nu)$ (power `entropy._normalization_power`),
+    Bracketed Newton on a Box-Cox transform of $S(\nu)$ (power `entropy.normalization_power`),
     with an Illinois (modified regula falsi) step whenever Newton leaves the bracket; Illinois
-    only where `entropy._normalization_newton()` is False.
+    only where `entropy.normalization_newton()` is False.
 
     **Arguments:**
     - `entropy`: a separable family; `z`, `keep`, `T`: rows of scores, the keys taking part
@@ -209,11 +209,11 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, nan_if_unconv
     - `nu0`: a start for the multiplier (default: the second-order Jensen start).
     - `max_iter`: iteration cap (default 200).
     - `nan_if_unconverged`: the weights of a row not converged within `max_iter` are NaN.
-    - `law`: the component law (default `entropy._component_law()`).
+    - `law`: the component law (default `entropy.component_law()`).
 
     **Returns:** (rho, nu, slope) with `slope` $= d\rho/dy$ on the support.
     """
-    law = entropy._component_law() if law is None else law
+    law = entropy.component_law() if law is None else law
     if isinstance(law, ComponentLawSwitch):
         def branch(which):
             return lambda: _solve_separable(entropy, z, keep, T, nu0, max_iter,
@@ -247,10 +247,10 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, nan_if_unconv
         unit = None
         lo = jnp.zeros_like(zmax)
         hi = jnp.maximum(-T * entropy.G_shifted(1.0 / n), lo)
-    rows = _Rows(law, z, keep, T, 1.0 / T, entropy._normalization_power(), unit)
+    rows = _Rows(law, z, keep, T, 1.0 / T, entropy.normalization_power(), unit)
     # the multiplier of the gauge at weight 1 (what `nu0` and the result hold) at nu = 0
     nu1 = 0.0 if unit is None else T * law.target(jnp.ones((), dtype))
-    use_newton = entropy._normalization_newton()
+    use_newton = entropy.normalization_newton()
     newton_always = use_newton is True
     if nu0 is None:
         nu = _start(entropy, rows, n, lo, hi, use_newton, newton_always)
@@ -366,5 +366,5 @@ def solve_separable_rows(entropy, z, keep, T):
     def solve(z, keep, T):
         return _solve_separable(entropy, z, keep, T, nan_if_unconverged=True)[0]
 
-    block = entropy._row_block_bytes
+    block = entropy.row_block_bytes
     return solve(z, keep, T) if block is None else in_row_blocks(solve, z, keep, T, block)
