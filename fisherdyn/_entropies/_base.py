@@ -59,18 +59,26 @@ class AbstractEntropy(eqx.Module):
       specification omits them (their number is the number of parameters);
       `example_parameters`: further parameter sets `fisherdyn run` relaxes by default.
     - `realization`: how the stationary map is computed, in words (for tables).
-    - `separable`: whether $S = \\sum_i s(\\rho_i)$ (`AbstractSeparableEntropy`).
     - `may_have_cutoff`: whether the family can put keys at exactly zero weight.
     - `finite_at_boundary`: whether the free energy stays finite where a weight reaches 0.
+    - `closed_form_softmax`: whether the stationary map is softmax(z/T) (the operator then
+      uses the closed form).
+    - `row_block_bytes`: solve the rows in blocks of this many bytes of scores (a law whose
+      evaluation chains many intermediates stays in cache), or None for one pass.
+
+    What a separable family and a Tsallis-shaped one do differently is a method of their
+    base (`stationary_law`, `effective_temperature`); the stationary solvers choose their
+    algorithm by that base class, never by a flag.
     """
 
     parse_names: ClassVar[tuple[str, ...]] = ()
     parse_defaults: ClassVar[tuple[float, ...]] = ()
     example_parameters: ClassVar[tuple[tuple[float, ...], ...]] = ()
     realization: ClassVar[str] = "scalar root"
-    separable: ClassVar[bool]
     may_have_cutoff: ClassVar[bool] = False
     finite_at_boundary: ClassVar[bool] = True
+    closed_form_softmax: ClassVar[bool] = False
+    row_block_bytes: ClassVar[int | None] = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -98,6 +106,20 @@ class AbstractEntropy(eqx.Module):
         self, rho: Float[ArrayLike, "*batch N"], mask: Bool[ArrayLike, "*#batch N"] | None = None
     ) -> Float[Array, "*batch N"]:
         """$\\partial S/\\partial \\rho_i$ on the last axis."""
+
+    @abc.abstractmethod
+    def stationary_law(self) -> AbstractSeparableEntropy:
+        """The separable family whose law $T_{eff}\\,G(\\rho_i) = z_i + \\lambda$ the
+        stationary weights obey on their support (docs/math.md §2)."""
+
+    @abc.abstractmethod
+    def effective_temperature(
+        self,
+        T: Float[ArrayLike, "*#batch"],
+        rho: Float[ArrayLike, "*batch N"],
+        mask: Bool[ArrayLike, "*#batch N"] | None = None,
+    ) -> Float[Array, "*batch"]:
+        """$T_{eff}$ of that law at weights `rho` and temperature `T` (one per row)."""
 
     @property
     def name(self) -> str:
@@ -189,13 +211,6 @@ class AbstractSeparableEntropy(AbstractEntropy):
     to make its solve cheaper or better conditioned, never to make it correct.
     """
 
-    separable: ClassVar[bool] = True
-    # Whether the stationary map is softmax(z/T): the operator then uses the closed form.
-    closed_form_softmax: ClassVar[bool] = False
-    # Row-block size (bytes of scores) for a law whose evaluation chains many intermediates:
-    # solved a block at a time, they stay in cache. None: the whole batch in one pass.
-    row_block_bytes: ClassVar[int | None] = None
-
     @abc.abstractmethod
     def G(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
         """$G(x) = -\\partial S/\\partial x$."""
@@ -228,6 +243,14 @@ class AbstractSeparableEntropy(AbstractEntropy):
 
     def value(self, rho, mask=None):
         return _masked_sum(self.terms(rho), mask)
+
+    def stationary_law(self):
+        """The family itself: $T\\,G(\\rho_i) = z_i + \\lambda$."""
+        return self
+
+    def effective_temperature(self, T, rho, mask=None):
+        """`T` itself: a separable law has no self-consistent temperature."""
+        return T
 
     def grad(self, rho, mask=None):
         g = -self.G(rho)
@@ -270,7 +293,6 @@ class AbstractTsallisShapedEntropy(AbstractEntropy):
     """
 
     q: eqx.AbstractVar[ArrayLike]
-    separable: ClassVar[bool] = False
     realization: ClassVar[str] = "self-consistent"
     may_have_cutoff: ClassVar[bool] = True
 
@@ -291,6 +313,14 @@ class AbstractTsallisShapedEntropy(AbstractEntropy):
         from ._tsallis import Tsallis
 
         return Tsallis(self.q)
+
+    def stationary_law(self):
+        """Tsallis at the family's q: $T_{eff}\\,G_q(\\rho_i) = z_i + \\lambda$."""
+        return self.tsallis()
+
+    def effective_temperature(self, T, rho, mask=None):
+        """$T\\,\\phi(M_q(\\rho))$, the self-consistent temperature."""
+        return T * self.temperature_factor(self.moment(rho, mask))
 
     def moment(
         self, rho: Float[ArrayLike, "*batch N"], mask: Bool[ArrayLike, "*#batch N"] | None = None

@@ -4,6 +4,7 @@ change polished by a bracketed Newton in $\\log M$."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -13,12 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._custom_types import Array, ArrayLike, Bool, Float, Mask, Temperature
-from .._entropies import AbstractEntropy
+from .._entropies import AbstractEntropy, AbstractSeparableEntropy, AbstractTsallisShapedEntropy
 from .._misc import check_entropy
 from ._checks import call_checked, prepare
 from ._operator import _free_energy_unchecked, _solve
 from ._separable import _solve_separable
 from ._shaped import _log_moment
+from ._solution import no_algorithm
 
 
 class Branch(NamedTuple):
@@ -140,13 +142,26 @@ def _branches_jit(entropy, scores, T, mask, n_grid):
     z, keep, T, empty = prepare(scores, T, mask, -1)
     if z.ndim != 1:
         raise ValueError("stationary_branches takes one score vector (shape (N,))")
-    if entropy.separable:
-        rho, T_eff = _solve(entropy, z, keep, T)
-        F = _free_energy_unchecked(entropy, rho, z, T, mask=keep)
-        M = jnp.sum(rho**2)
-        return Branches(
-            rho[None], M[None], T_eff, F[None], jnp.array([True]), jnp.array([True])
-        )
+    return _branches(entropy, z, keep, T, n_grid)
+
+
+@functools.singledispatch
+def _branches(entropy, z, keep, T, n_grid):
+    """Every branch of one prepared score vector, by the family's base class."""
+    raise no_algorithm("branch scan", entropy)
+
+
+@_branches.register
+def _(entropy: AbstractSeparableEntropy, z, keep, T, n_grid):
+    # a separable law has one stationary point
+    rho, T_eff = _solve(entropy, z, keep, T)
+    F = _free_energy_unchecked(entropy, rho, z, T, mask=keep)
+    M = jnp.sum(rho**2)
+    return Branches(rho[None], M[None], T_eff, F[None], jnp.array([True]), jnp.array([True]))
+
+
+@_branches.register
+def _(entropy: AbstractTsallisShapedEntropy, z, keep, T, n_grid):
     logM, rho_g, nu_g, r = _scan_consistency(entropy, z, keep, T, n_grid)
     r = r[..., 0]
     # r >= 0 at the range's first end (M_q >= N^(1-q) for q > 1, >= 1 for q < 1), with

@@ -94,7 +94,7 @@ def _solve_rows_scipy(entropy, z, keep, T, M0, n_grid):
         rho[i], lam[i], ok[i] = solve_scipy(entropy, z[i], keep[i], T[i], m0, n_grid)
     rho, lam, ok, T = (jnp.asarray(x) for x in (rho, lam, ok, T))
     rho, lam, T = (x.astype(dtype) for x in (rho, lam, T))
-    T_eff = T if entropy.separable else T * entropy.temperature_factor(entropy.moment(rho))
+    T_eff = entropy.effective_temperature(T, rho)
     return rho, lam, ok, T_eff
 
 

@@ -9,6 +9,8 @@ Shares no code with the fast operator.
 
 from __future__ import annotations
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -16,7 +18,8 @@ import jax.tree_util as jtu
 import lineax as lx
 import optimistix as optx
 
-from .._entropies import AbstractSeparableEntropy
+from .._entropies import AbstractSeparableEntropy, AbstractTsallisShapedEntropy
+from ._solution import no_algorithm
 
 _L_LO = -700.0  # exp(-700) ~ 1e-304: weights below this are reported as exact zeros
 _L_HI = 1.0
@@ -265,10 +268,21 @@ def _solve_shaped_optx(entropy, z, keep, T, M0, n_grid):
 @eqx.filter_jit
 def solve_optx(entropy, z, keep, T, M0, n_grid):
     """(rho, lambda, ok, T_eff) of one score vector (`M0 = nan`: least free energy)."""
-    if entropy.separable:
-        rho, lam, ok = _solve_separable_optx(entropy, z, keep, T)
-        T_eff = T
-    else:
-        rho, lam, ok = _solve_shaped_optx(entropy, z, keep, T, M0, n_grid)
-        T_eff = T * entropy.temperature_factor(entropy.moment(rho))
-    return rho, lam, ok, T_eff
+    rho, lam, ok = _solve_optx(entropy, z, keep, T, M0, n_grid)
+    return rho, lam, ok, entropy.effective_temperature(T, rho)
+
+
+@functools.singledispatch
+def _solve_optx(entropy, z, keep, T, M0, n_grid):
+    """(rho, lambda, ok) of one score vector, by the algorithm of the family's base class."""
+    raise no_algorithm("cross-check", entropy)
+
+
+@_solve_optx.register
+def _(entropy: AbstractSeparableEntropy, z, keep, T, M0, n_grid):
+    return _solve_separable_optx(entropy, z, keep, T)
+
+
+@_solve_optx.register
+def _(entropy: AbstractTsallisShapedEntropy, z, keep, T, M0, n_grid):
+    return _solve_shaped_optx(entropy, z, keep, T, M0, n_grid)

@@ -7,8 +7,13 @@ operator; `scipy.optimize` is imported only when a solve runs.
 
 from __future__ import annotations
 
+import functools
+
 import jax.numpy as jnp
 import numpy as np
+
+from .._entropies import AbstractSeparableEntropy, AbstractTsallisShapedEntropy
+from ._solution import no_algorithm
 
 _L_LO = -700.0  # exp(-700) ~ 1e-304: weights below this are reported as exact zeros
 _L_HI = 1.0
@@ -229,12 +234,24 @@ def solve_scipy(entropy, z, keep, T, M0, n_grid):
     keep = np.asarray(keep, bool)
     T = float(T)
     flags: list[bool] = []
-    zk = z[keep]
-    if entropy.separable:
-        rho_k, lam = _np_solve_multiplier(_np_law(entropy), zk, T, flags)
-    else:
-        rho_k, lam = _np_solve_shaped(entropy, zk, T, M0, n_grid, flags)
+    rho_k, lam = _np_solve(entropy, z[keep], T, M0, n_grid, flags)
     rho = np.zeros_like(z)
     rho[keep] = rho_k
     return rho, lam, all(flags)
 
+
+
+@functools.singledispatch
+def _np_solve(entropy, zk, T, M0, n_grid, flags):
+    """(rho, lambda) on the kept keys, by the algorithm of the family's base class."""
+    raise no_algorithm("cross-check", entropy)
+
+
+@_np_solve.register
+def _(entropy: AbstractSeparableEntropy, zk, T, M0, n_grid, flags):
+    return _np_solve_multiplier(_np_law(entropy), zk, T, flags)
+
+
+@_np_solve.register
+def _(entropy: AbstractTsallisShapedEntropy, zk, T, M0, n_grid, flags):
+    return _np_solve_shaped(entropy, zk, T, M0, n_grid, flags)

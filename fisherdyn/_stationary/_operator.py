@@ -15,28 +15,41 @@ independent cross-check (`solve_stationary`) shares none of this code.
 
 from __future__ import annotations
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from .._custom_types import Array, ArrayLike, Float, Mask, Scores, Temperature, Weights
-from .._entropies import AbstractEntropy
+from .._entropies import AbstractEntropy, AbstractSeparableEntropy, AbstractTsallisShapedEntropy
 from .._misc import check_entropy, param_jvp
 from .._results import RESULTS
-from ._checks import call_checked, prepare, row_T, unmasked_inputs
+from ._checks import call_checked, checked_row_sum, prepare, row_T, unmasked_inputs
 from ._separable import softmax, solve_separable_rows
 from ._shaped import _log_moment, _solve_tsallis_shaped
-from ._solution import StationarySolution, finish, result_where
+from ._solution import StationarySolution, finish, no_algorithm, result_where
 
 
+# The solvers are chosen by the family's base class: a further kind of entropy registers
+# its own `_solve`, `_tangent` and `_jacobian`.
+@functools.singledispatch
 def _solve(entropy, z, keep, T):
     """(rho, T_eff) of prepared rows; T_eff keeps a trailing axis of 1."""
-    if entropy.separable:
-        if entropy.closed_form_softmax:
-            rho = softmax(z, keep, T)
-        else:
-            rho = solve_separable_rows(entropy, z, keep, T)
-        return rho, T * jnp.ones_like(z[..., :1])
+    raise no_algorithm("solver", entropy)
+
+
+@_solve.register
+def _(entropy: AbstractSeparableEntropy, z, keep, T):
+    if entropy.closed_form_softmax:
+        rho = softmax(z, keep, T)
+    else:
+        rho = solve_separable_rows(entropy, z, keep, T)
+    return rho, T * jnp.ones_like(z[..., :1])
+
+
+@_solve.register
+def _(entropy: AbstractTsallisShapedEntropy, z, keep, T):
     rho, logM = _solve_tsallis_shaped(entropy, z, keep, T)
     return rho, T * entropy.temperature_factor(jnp.exp(logM))
 
@@ -73,7 +86,14 @@ def _stationary_core(entropy, z, keep, T):
     return rho
 
 
-def _separable_tangent(entropy, rho, keep, T, t_z, t_T, t_entropy):
+@functools.singledispatch
+def _tangent(entropy, rho, keep, T, t_z, t_T, t_entropy):
+    """The tangent of the stationary weights `rho` (implicit function theorem)."""
+    raise no_algorithm("derivative", entropy)
+
+
+@_tangent.register
+def _separable_tangent(entropy: AbstractSeparableEntropy, rho, keep, T, t_z, t_T, t_entropy):
     active = keep & (rho > 0)
     c = _slope(entropy, rho, active) / T
     zeta = jnp.zeros_like(rho) if t_z is None else jnp.where(keep, t_z, 0.0)
@@ -86,7 +106,10 @@ def _separable_tangent(entropy, rho, keep, T, t_z, t_T, t_entropy):
     return _project(c, zeta)
 
 
-def _tsallis_shaped_tangent(entropy, rho, keep, T, t_z, t_T, t_entropy):
+@_tangent.register
+def _tsallis_shaped_tangent(
+    entropy: AbstractTsallisShapedEntropy, rho, keep, T, t_z, t_T, t_entropy
+):
     q = entropy.q
     ts = entropy.tsallis()
     active = keep & (rho > 0)
@@ -124,8 +147,7 @@ def _stationary_core_jvp(primals, tangents):
     rho = _stationary_core(entropy, z, keep, T)
     if t_T is not None:
         t_T = jnp.broadcast_to(t_T, T.shape)
-    tangent = _separable_tangent if entropy.separable else _tsallis_shaped_tangent
-    return rho, tangent(entropy, rho, keep, T, t_z, t_T, t_entropy)
+    return rho, _tangent(entropy, rho, keep, T, t_z, t_T, t_entropy)
 
 
 # --------------------------------------------------------------------------- the operator
@@ -181,10 +203,9 @@ def _stationary_jit(entropy, scores, T, mask, axis):
     # solvers' stopping tests need more than 8 bits
     low = jnp.issubdtype(scores.dtype, jnp.floating) and jnp.finfo(scores.dtype).bits < 32
     z_in = scores.astype(jnp.float32) if low else scores
-    softmax_family = entropy.separable and entropy.closed_form_softmax
-    if mask is None and softmax_family:
+    if mask is None and entropy.closed_form_softmax:
         rho = _softmax_unmasked(z_in, T, axis)
-    elif mask is None and not (entropy.separable and entropy.row_block_bytes is not None):
+    elif mask is None and entropy.row_block_bytes is None:
         # (a row-blocked family keeps one path: its blocked loop would be compiled twice)
         rho = _solve_unmasked(entropy, z_in, T, axis)
     else:
@@ -243,12 +264,14 @@ def _softmax_unmasked(scores, T, axis):
     """softmax(z/T) without a mask: the same input checks as `prepare` riding on one
     row-max reduction, then one fused exp-sum-divide (plain autodiff is the exact softmax
     Jacobian), instead of the general path's keep mask and custom JVP."""
-    z, zmax, T = unmasked_inputs(scores, T, axis)
+    z, zmax, T = unmasked_inputs(scores, T, axis, nan_check=False)
     empty = zmax == -jnp.inf  # every key -inf (masked): a zero row, zero gradient
     d = z - jnp.where(empty, 0.0, zmax)
-    keep = d > -jnp.inf  # double where: -inf keys get weight 0 and no NaN in d/dT
+    # double where: -inf keys get weight 0 and no NaN in d/dT; a NaN key is kept, so that
+    # the row sum carries the NaN check
+    keep = d != -jnp.inf
     e = jnp.where(keep, jnp.exp(jnp.where(keep, d, 0.0) / T), 0.0)
-    rho = e / jnp.where(empty, 1.0, jnp.sum(e, -1, keepdims=True))
+    rho = e / jnp.where(empty, 1.0, checked_row_sum(jnp.sum(e, -1, keepdims=True)))
     return jnp.moveaxis(rho, -1, axis)
 
 
@@ -280,7 +303,7 @@ def _stationary_info_jit(entropy, scores, T, mask, throw):
     rho, T_eff = _solve(entropy, z, keep, T)
     keep = keep & ~empty
     rho = jnp.where(keep, rho, 0.0)
-    law = entropy if entropy.separable else entropy.tsallis()
+    law = entropy.stationary_law()
     top = jnp.argmax(rho, -1, keepdims=True)
     rho_top = jnp.take_along_axis(rho, top, -1)
     G_top = law.G(jnp.where(rho_top > 0, rho_top, 1.0))
@@ -317,27 +340,44 @@ def _jacobian_jit(entropy, scores, T, mask):
     z, keep, T, empty = prepare(scores, T, mask, -1)
     rho = jax.lax.stop_gradient(_stationary_core(entropy, z, keep, T))
     active = keep & (rho > 0) & ~empty
-    if entropy.separable:
-        c = _slope(entropy, rho, active) / T
-    else:
-        q = entropy.q
-        ts = entropy.tsallis()
-        M = jnp.exp(_log_moment(q, rho, active))
-        t = T * entropy.temperature_factor(M)
-        c = _slope(ts, rho, active) / t
+    return _jacobian(entropy, rho, active, T)
+
+
+def _projector_matrix(c):
+    """$\\mathrm{diag}(c) - c c^T/\\sum c$: the Jacobian of a separable law (`_project`)."""
     sc = jnp.sum(c, -1, keepdims=True)
     sc = jnp.where(sc > 0, sc, 1.0)
     diag = jnp.vectorize(jnp.diag, signature="(n)->(n,n)")(c)
-    J = diag - c[..., :, None] * c[..., None, :] / sc[..., None]
-    if not entropy.separable:
-        Py = _project(c, _shifted_G(ts, rho, active))
-        dphi_dM = jnp.vectorize(jax.grad(lambda m: entropy.temperature_factor(m)))(M)
-        B = -Py * T * dphi_dM
-        w = _moment_weights(q, rho, active)
-        wJ = jnp.einsum("...i,...ij->...j", w, J)
-        denom = 1.0 - jnp.sum(w * B, -1, keepdims=True)
-        J = J + B[..., :, None] * (wJ / denom)[..., None, :]
-    return J
+    return diag - c[..., :, None] * c[..., None, :] / sc[..., None]
+
+
+@functools.singledispatch
+def _jacobian(entropy, rho, active, T):
+    """$\\partial\\rho/\\partial z$ at the stationary weights `rho` (support `active`)."""
+    raise no_algorithm("Jacobian", entropy)
+
+
+@_jacobian.register
+def _(entropy: AbstractSeparableEntropy, rho, active, T):
+    return _projector_matrix(_slope(entropy, rho, active) / T)
+
+
+@_jacobian.register
+def _(entropy: AbstractTsallisShapedEntropy, rho, active, T):
+    # the separable Jacobian at T_eff plus the rank-one coupling through M_q
+    q = entropy.q
+    ts = entropy.tsallis()
+    M = jnp.exp(_log_moment(q, rho, active))
+    t = T * entropy.temperature_factor(M)
+    c = _slope(ts, rho, active) / t
+    J = _projector_matrix(c)
+    Py = _project(c, _shifted_G(ts, rho, active))
+    dphi_dM = jnp.vectorize(jax.grad(lambda m: entropy.temperature_factor(m)))(M)
+    B = -Py * T * dphi_dM
+    w = _moment_weights(q, rho, active)
+    wJ = jnp.einsum("...i,...ij->...j", w, J)
+    denom = 1.0 - jnp.sum(w * B, -1, keepdims=True)
+    return J + B[..., :, None] * (wJ / denom)[..., None, :]
 
 
 def free_energy(

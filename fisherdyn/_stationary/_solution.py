@@ -53,11 +53,20 @@ def law_residual(entropy, rho, z, keep, lam, T_eff):
     """$\\max_{\\rho_i > 0} |T_{eff} G(\\rho_i) - z_i - \\lambda|$ per row, from the family's
     own `G` (the Tsallis law of a Renyi / Sharma-Mittal family): a check of the answer that
     involves neither solver."""
-    law = entropy if entropy.separable else entropy.tsallis()
+    law = entropy.stationary_law()
     on = keep & (rho > 0)
     G = law.G(jnp.where(on, rho, 1.0))
     lam, T_eff = jnp.asarray(lam)[..., None], jnp.asarray(T_eff)[..., None]
     return jnp.max(jnp.where(on, jnp.abs(T_eff * G - jnp.where(on, z, 0.0) - lam), 0.0), -1)
+
+
+def no_algorithm(what, entropy):
+    """The error of a stationary algorithm chosen by the family's base class, for a family
+    on neither base."""
+    return TypeError(
+        f"no stationary {what} for {type(entropy).__name__}: derive the family from "
+        "AbstractSeparableEntropy or AbstractTsallisShapedEntropy"
+    )
 
 
 def finish(entropy, rho, z, keep, lam, T_eff, result, throw, **stats):
