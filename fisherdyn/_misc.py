@@ -24,6 +24,12 @@ def concrete_float(x) -> float | None:
         return None
 
 
+def softplus_inverse(y):
+    """The inverse of `jax.nn.softplus` for y > 0, written so that large y do not overflow."""
+    y = jnp.asarray(y)
+    return y + jnp.log(-jnp.expm1(-y))
+
+
 def is_concrete(tree) -> bool:
     """Whether no leaf of `tree` is a tracer (its values can be checked in Python)."""
     return not any(isinstance(leaf, jax.core.Tracer) for leaf in jtu.tree_leaves(tree))

@@ -28,14 +28,10 @@ import jax.numpy as jnp
 
 from .._custom_types import Array, Float
 from .._dynamics import fisher_loop_step, linear_score_step
+from .._misc import softplus_inverse
 from .._stationary import stationary
 
 __all__ = ["AbstractCarriedLoop", "FisherLoop", "LinearScoreLoop"]
-
-
-def _softplus_inverse(y):
-    y = jnp.asarray(y)
-    return y + jnp.log(-jnp.expm1(-y))
 
 
 class AbstractCarriedLoop(eqx.Module):
@@ -67,9 +63,9 @@ class AbstractCarriedLoop(eqx.Module):
         for every head; `T`: initial learnable temperature (None: not learnable);
         `dtype` of the parameters."""
         ones = jnp.ones(n_heads, dtype)
-        self.raw_mass = ones * _softplus_inverse(jnp.asarray(mass, dtype))
-        self.raw_damping = ones * _softplus_inverse(jnp.asarray(damping, dtype))
-        self.raw_T = None if T is None else ones * _softplus_inverse(jnp.asarray(T, dtype))
+        self.raw_mass = ones * softplus_inverse(jnp.asarray(mass, dtype))
+        self.raw_damping = ones * softplus_inverse(jnp.asarray(damping, dtype))
+        self.raw_T = None if T is None else ones * softplus_inverse(jnp.asarray(T, dtype))
 
     @property
     def mass(self) -> Float[Array, " heads"]:

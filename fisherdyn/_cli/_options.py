@@ -98,13 +98,19 @@ def vector_arg(text):
     return values
 
 
+def existing_file(text):
+    """The path of a file that exists."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    return path
+
+
 def scores_file_arg(text):
     """One vector of scores from a `.npy` file or a comma-separated text file."""
     import numpy as np
 
-    path = Path(text)
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    path = existing_file(text)
     if path.suffix != ".npy" and not path.read_text(errors="replace").strip():
         raise argparse.ArgumentTypeError(f"{text} is empty")
     try:
@@ -378,13 +384,6 @@ def _address(text):
     return text
 
 
-def _spec_file(text):
-    path = Path(text)
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"no such file: {text}")
-    return path
-
-
 def configure_sweep(p: argparse.ArgumentParser):
     p.epilog = (
         "Exit status: 0: every chunk computed (problems that failed are recorded in the store "
@@ -393,7 +392,7 @@ def configure_sweep(p: argparse.ArgumentParser):
         "interrupted, the chunks committed so far kept (the same command resumes); 141: the "
         "reader of the output went away."
     )
-    p.add_argument("spec", type=_spec_file, metavar="SPEC.toml", help="the grid to sweep")
+    p.add_argument("spec", type=existing_file, metavar="SPEC.toml", help="the grid to sweep")
     p.add_argument(
         "--out", type=Path, required=True, metavar="STORE.zarr", help="the Zarr store to fill"
     )
