@@ -16,6 +16,7 @@ and, for the tests themselves:
 from __future__ import annotations
 
 import functools
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,44 +33,197 @@ DPS = 40  # digits of the mpmath reference
 
 # --------------------------------------------------------------------------- families
 
-# (key, *parameters): one spec per family instance of the issue.
-SPECS = [
-    ("shannon",),
-    ("tsallis", 0.5),
-    ("tsallis", 1.5),
-    ("tsallis", 2.0),
-    ("tsallis", 3.0),
-    ("renyi", 0.5),
-    ("renyi", 2.0),
-    ("sharma_mittal", 2.0, 1.5),
-    ("sharma_mittal", 0.7, 0.4),
-    ("kaniadakis", 0.1),
-    ("kaniadakis", 0.3),
-    ("kaniadakis", 0.7),
-    ("kaniadakis", -0.3),
-    ("burg",),
-    ("abe", 0.5),
-    ("abe", 1.5),
-    ("abe", 3.0),
-]
-# every concrete family fisherdyn exports, by its first parse name (the key of SPECS);
-# tests/test_structure.py checks that each one has a place in every list below
+
+class Battery(NamedTuple):
+    """A family's entries in the shared battery: `key`, its first parse name (specs are
+    `(key, *parameters)`); `specs`, its parameter sets in `SPECS`; `one`, its parameters in
+    `ONE_PER_CLASS` (compilation is per class: parameters are traced leaves); `solve`, in
+    `SOLVE_FAMILIES`; `dynamics`, in `DYNAMICS_FAMILIES`."""
+
+    key: str
+    specs: tuple[tuple[float, ...], ...]
+    one: tuple[float, ...]
+    solve: tuple[tuple[float, ...], ...]
+    dynamics: tuple[float, ...]
+
+
+_REFERENCES: dict[str, type[RefFamily]] = {}  # key -> the family's reference, in battery order
+
+
+class RefFamily:
+    """High-precision transcription of docs/math.md §2 (independent of `fisherdyn`), one
+    subclass per family holding its `battery` entry and its law; `RefFamily(spec)` is the
+    subclass of the spec's key. A separable family defines `G` ($-ds/dx$), its inverse `Ginv`
+    and `formula` (S over the positive weights)."""
+
+    battery: ClassVar[Battery]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "battery" in cls.__dict__:
+            _REFERENCES[cls.battery.key] = cls
+
+    def __new__(cls, spec):
+        return super().__new__(_REFERENCES[spec[0]] if cls is RefFamily else cls)
+
+    def __init__(self, spec):
+        self.name = spec[0]
+        self.p = [mp.mpf(v) for v in spec[1:]]
+
+    def S(self, rho):
+        """The defining formula of S(rho) (docs/math.md §2 table)."""
+        return self.formula([mp.mpf(r) for r in rho if r > 0])
+
+    def G_at_zero(self):
+        """G(0+): -inf, but where the family has a cutoff."""
+        return -mp.inf
+
+    def minus_grad(self, rho, i):
+        """-dS/drho_i, i.e. the (global) G of the stationary law."""
+        x = mp.mpf(rho[i])
+        return self.G_at_zero() if x == 0 else self.G(x)
+
+
+class _RefShannon(RefFamily):
+    battery = Battery("shannon", specs=((),), one=(), solve=((),), dynamics=())
+
+    def G(self, x):
+        return 1 + mp.log(x)
+
+    def Ginv(self, y):
+        return mp.exp(y - 1)
+
+    def formula(self, rho):
+        return -mp.fsum(r * mp.log(r) for r in rho)
+
+
+class _RefTsallis(RefFamily):
+    battery = Battery("tsallis", specs=((0.5,), (1.5,), (2.0,), (3.0,)), one=(1.5,),
+                      solve=((1.5,), (2.0,), (0.7,)), dynamics=(2.0,))
+
+    def G(self, x):
+        (q,) = self.p
+        return q * x ** (q - 1) / (q - 1)
+
+    def Ginv(self, y):
+        """0 past the q > 1 threshold."""
+        (q,) = self.p
+        base = (q - 1) * y / q
+        return base ** (1 / (q - 1)) if base > 0 else mp.mpf(0)
+
+    def formula(self, rho):
+        (q,) = self.p
+        return (1 - mp.fsum(r**q for r in rho)) / (q - 1)
+
+    def G_at_zero(self):
+        return mp.mpf(0) if self.p[0] > 1 else -mp.inf
+
+
+class _RefTsallisShaped(RefFamily):
+    """-dS/drho_i carries the moment factor phi(M) = T_eff / T of the Tsallis law."""
+
+    def minus_grad(self, rho, i):
+        rho = [mp.mpf(r) for r in rho]
+        q = self.p[0]
+        M = mp.fsum(r**q for r in rho if r > 0)
+        x = rho[i]
+        g = q * x ** (q - 1) / (q - 1) if x > 0 else (mp.mpf(0) if q > 1 else -mp.inf)
+        return self.phi(M) * g
+
+
+class _RefRenyi(_RefTsallisShaped):
+    battery = Battery("renyi", specs=((0.5,), (2.0,)), one=(2.0,), solve=((2.0,), (0.7,)),
+                      dynamics=(2.0,))
+
+    def phi(self, M):
+        return 1 / M
+
+    def formula(self, rho):
+        (q,) = self.p
+        return mp.log(mp.fsum(r**q for r in rho)) / (1 - q)
+
+
+class _RefSharmaMittal(_RefTsallisShaped):
+    battery = Battery("sharma_mittal", specs=((2.0, 1.5), (0.7, 0.4)), one=(0.7, 0.4),
+                      solve=((2.0, 1.5),), dynamics=(2.0, 1.5))
+
+    def phi(self, M):
+        q, s = self.p
+        return M ** ((q - s) / (1 - q))
+
+    def formula(self, rho):
+        q, s = self.p
+        M = mp.fsum(r**q for r in rho)
+        return (M ** ((1 - s) / (1 - q)) - 1) / (1 - s)
+
+
+class _RefKaniadakis(RefFamily):
+    battery = Battery("kaniadakis", specs=((0.1,), (0.3,), (0.7,), (-0.3,)), one=(0.3,),
+                      solve=((0.3,),), dynamics=(0.3,))
+
+    def G(self, x):
+        k = abs(self.p[0])
+        return ((1 + k) * x**k - (1 - k) * x ** (-k)) / (2 * k)
+
+    def Ginv(self, y):
+        k = abs(self.p[0])
+        s = mp.sqrt(k * k * y * y + 1 - k * k)
+        num = k * y + s if y >= 0 else (1 - k * k) / (s - k * y)  # rationalized tail
+        return (num / (1 + k)) ** (1 / k)
+
+    def formula(self, rho):
+        k = self.p[0]
+        return -mp.fsum(r * (r**k - r ** (-k)) / (2 * k) for r in rho)
+
+
+class _RefBurg(RefFamily):
+    battery = Battery("burg", specs=((),), one=(), solve=((),), dynamics=())
+
+    def G(self, x):
+        return -1 / x
+
+    def Ginv(self, y):
+        return -1 / y
+
+    def formula(self, rho):
+        return mp.fsum(mp.log(r) for r in rho)
+
+
+class _RefAbe(RefFamily):
+    battery = Battery("abe", specs=((0.5,), (1.5,), (3.0,)), one=(1.5,),
+                      solve=((1.5,), (0.5,)), dynamics=(1.5,))
+
+    def G(self, x):
+        (q,) = self.p
+        return (q * x ** (q - 1) - x ** (1 / q - 1) / q) / (q - 1 / q)
+
+    def Ginv(self, y):
+        """No closed inverse: the root of G(e^l) = y in l (G increasing)."""
+        f = lambda l: self.G(mp.exp(l)) - y  # noqa: E731
+        lo = mp.mpf(-1)
+        while f(lo) > 0:
+            lo *= 2
+        return mp.exp(bracket_root(f, lo, mp.mpf(1)))
+
+    def formula(self, rho):
+        (q,) = self.p
+        return -mp.fsum((r**q - r ** (1 / q)) / (q - 1 / q) for r in rho)
+
+
+# every concrete family fisherdyn exports; tests/test_structure.py checks that each one has a
+# reference above, hence a place in every list below
 EXPORTED_FAMILIES = [
     getattr(fd, n) for n in fd.__all__
     if isinstance(getattr(fd, n), type) and issubclass(getattr(fd, n), fd.AbstractEntropy)
     and not n.startswith("Abstract")
 ]
 _CLASSES = {c.parse_names[0]: c for c in EXPORTED_FAMILIES}
+_BATTERY = [ref.battery for ref in _REFERENCES.values()]
+
+# (key, *parameters): the family instances every reference test covers
+SPECS = [(b.key, *p) for b in _BATTERY for p in b.specs]
 # one representative per class (compilation is per class: parameters are traced leaves)
-ONE_PER_CLASS = [
-    ("shannon",),
-    ("tsallis", 1.5),
-    ("renyi", 2.0),
-    ("sharma_mittal", 0.7, 0.4),
-    ("kaniadakis", 0.3),
-    ("burg",),
-    ("abe", 1.5),
-]
+ONE_PER_CLASS = [(b.key, *b.one) for b in _BATTERY]
 
 
 def make(spec):
@@ -89,31 +243,14 @@ def compact_q(spec):
     return _CLASSES[spec[0]].may_have_cutoff and spec[1] > 1
 
 
-# solve_stationary's families, by the name its tests are parametrized with
+# solve_stationary's families, by the name its tests are parametrized with (`tsallis1.5`)
 SOLVE_FAMILIES = {
-    "shannon": fd.Shannon(),
-    "tsallis1.5": fd.Tsallis(1.5),
-    "tsallis2": fd.Tsallis(2.0),
-    "tsallis0.7": fd.Tsallis(0.7),
-    "renyi2": fd.Renyi(2.0),
-    "renyi0.7": fd.Renyi(0.7),
-    "sharma_mittal2,1.5": fd.SharmaMittal(2.0, 1.5),
-    "kaniadakis0.3": fd.Kaniadakis(0.3),
-    "burg": fd.Burg(),
-    "abe1.5": fd.Abe(1.5),
-    "abe0.5": fd.Abe(0.5),
+    b.key + ",".join(f"{p:g}" for p in params): make((b.key, *params))
+    for b in _BATTERY for params in b.solve
 }
 
 # the dynamics' fixed-point families: one instance per class
-DYNAMICS_FAMILIES = [
-    fd.Shannon(),
-    fd.Tsallis(2.0),
-    fd.Kaniadakis(0.3),
-    fd.Renyi(2.0),
-    fd.SharmaMittal(2.0, 1.5),
-    fd.Burg(),
-    fd.Abe(1.5),
-]
+DYNAMICS_FAMILIES = [make((b.key, *b.dynamics)) for b in _BATTERY]
 
 
 # --------------------------------------------------------------------------- compiled once
@@ -207,99 +344,6 @@ def h_reference(entropy, rho):
 # --------------------------------------------------------------------------- mpmath reference
 
 
-class RefFamily:
-    """High-precision transcription of docs/math.md §2 (independent of `fisherdyn`)."""
-
-    def __init__(self, spec):
-        self.name = spec[0]
-        self.p = [mp.mpf(v) for v in spec[1:]]
-
-    def G(self, x):
-        """G(x) = -dS/dx of the separable families."""
-        n, p = self.name, self.p
-        if n == "shannon":
-            return 1 + mp.log(x)
-        if n == "tsallis":
-            (q,) = p
-            return q * x ** (q - 1) / (q - 1)
-        if n == "kaniadakis":
-            k = abs(p[0])
-            return ((1 + k) * x**k - (1 - k) * x ** (-k)) / (2 * k)
-        if n == "burg":
-            return -1 / x
-        if n == "abe":
-            (q,) = p
-            return (q * x ** (q - 1) - x ** (1 / q - 1) / q) / (q - 1 / q)
-        raise ValueError(n)
-
-    def Ginv(self, y):
-        """G^{-1}(y); 0 past the Tsallis (q > 1) threshold."""
-        n, p = self.name, self.p
-        if n == "shannon":
-            return mp.exp(y - 1)
-        if n == "tsallis":
-            (q,) = p
-            base = (q - 1) * y / q
-            return base ** (1 / (q - 1)) if base > 0 else mp.mpf(0)
-        if n == "burg":
-            return -1 / y
-        if n == "kaniadakis":
-            k = abs(p[0])
-            s = mp.sqrt(k * k * y * y + 1 - k * k)
-            num = k * y + s if y >= 0 else (1 - k * k) / (s - k * y)  # rationalized tail
-            return (num / (1 + k)) ** (1 / k)
-        if n == "abe":  # no closed inverse: root of G(e^l) = y in l (G increasing)
-            f = lambda l: self.G(mp.exp(l)) - y  # noqa: E731
-            lo = mp.mpf(-1)
-            while f(lo) > 0:
-                lo *= 2
-            return mp.exp(bracket_root(f, lo, mp.mpf(1)))
-        raise ValueError(n)
-
-    def S(self, rho):
-        """The defining formula of S(rho) (docs/math.md §2 table)."""
-        n, p = self.name, self.p
-        rho = [mp.mpf(r) for r in rho if r > 0]
-        if n == "shannon":
-            return -mp.fsum(r * mp.log(r) for r in rho)
-        if n == "tsallis":
-            (q,) = p
-            return (1 - mp.fsum(r**q for r in rho)) / (q - 1)
-        if n == "renyi":
-            (q,) = p
-            return mp.log(mp.fsum(r**q for r in rho)) / (1 - q)
-        if n == "sharma_mittal":
-            q, s = p
-            M = mp.fsum(r**q for r in rho)
-            return (M ** ((1 - s) / (1 - q)) - 1) / (1 - s)
-        if n == "kaniadakis":
-            k = p[0]
-            return -mp.fsum(r * (r**k - r ** (-k)) / (2 * k) for r in rho)
-        if n == "burg":
-            return mp.fsum(mp.log(r) for r in rho)
-        if n == "abe":
-            (q,) = p
-            return -mp.fsum((r**q - r ** (1 / q)) / (q - 1 / q) for r in rho)
-        raise ValueError(n)
-
-    def minus_grad(self, rho, i):
-        """-dS/drho_i, i.e. the (global) G of the stationary law, by differentiating the
-        defining formula: Renyi / S-M carry the moment factor."""
-        rho = [mp.mpf(r) for r in rho]
-        if self.name in ("renyi", "sharma_mittal"):
-            q = self.p[0]
-            M = mp.fsum(r**q for r in rho if r > 0)
-            x = rho[i]
-            g = q * x ** (q - 1) / (q - 1) if x > 0 else (mp.mpf(0) if q > 1 else -mp.inf)
-            if self.name == "renyi":
-                return g / M
-            s = self.p[1]
-            return M ** ((q - s) / (1 - q)) * g
-        if rho[i] == 0:
-            return mp.mpf(0) if (self.name == "tsallis" and self.p[0] > 1) else -mp.inf
-        return self.G(rho[i])
-
-
 def bracket_root(f, a, b):
     """Root of a continuous monotone f between a and b (Illinois regula falsi)."""
     tol = mp.mpf(10) ** (-(mp.mp.dps - 3))
@@ -350,14 +394,9 @@ def mp_tsallis_shaped(fam, z, T, n_grid=48):
     q = fam.p[0]
     ts = RefFamily(("tsallis", q))
     T = mp.mpf(float(T))
-    if fam.name == "renyi":
-        phi = lambda M: 1 / M  # noqa: E731
-    else:
-        s = fam.p[1]
-        phi = lambda M: M ** ((q - s) / (1 - q))  # noqa: E731
 
     def profile(logM):
-        return mp_separable(ts, z, T * phi(mp.exp(logM)))[0]
+        return mp_separable(ts, z, T * fam.phi(mp.exp(logM)))[0]
 
     def resid(logM):
         return mp.log(mp.fsum(r**q for r in profile(logM) if r > 0)) - logM
