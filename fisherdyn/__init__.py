@@ -1,31 +1,26 @@
 """fisherdyn: entropy-generated attention operators and their Fisher-Lagrangian dynamics.
 
-Every public name below is imported from its subpackage on first use (PEP 562), so that
-`import fisherdyn` and the `fisherdyn` command start without loading JAX; the first use of a
-name costs the import of its subpackage (and of JAX), as an eager import would.
+Every public name below, and every entropy family the library registers, is imported from its
+subpackage on first use (PEP 562), so that `import fisherdyn` and the `fisherdyn` command
+start without loading JAX; the first use of a name costs the import of its subpackage (and
+of JAX), as an eager import would.
 """
 
 from __future__ import annotations
 
 from importlib import import_module as _import_module
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# the subpackage that exports each public name
+# the subpackage that exports each public name, but for the entropy families: those are the
+# families the library registers (one file each in fisherdyn/_entropies/), read by `_exports`
 _EXPORTS = {
     "_results": ("RESULTS", "result_name"),
     "_entropies": (
         "AbstractEntropy",
         "AbstractSeparableEntropy",
         "AbstractTsallisShapedEntropy",
-        "Abe",
-        "Burg",
-        "Kaniadakis",
-        "Renyi",
-        "Shannon",
-        "SharmaMittal",
-        "Tsallis",
         "parse_entropy",
     ),
     "_stationary": (
@@ -95,23 +90,41 @@ _EXPORTS = {
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
-__all__ = list(_MODULE_OF)
+
+def _exports() -> dict[str, str]:
+    """Every public name and the subpackage that exports it, the registered families after
+    the entropies' other names (reading the registry imports the entropies, hence JAX)."""
+    from ._entropies import families
+
+    exports = {}
+    for module, names in _EXPORTS.items():
+        exports.update(dict.fromkeys(names, module))
+        if module == "_entropies":
+            exports.update(dict.fromkeys((cls.__name__ for cls in families()), module))
+    return exports
 
 
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fisherdyn' has no attribute {name!r}")
-    value = getattr(_import_module(f".{module}", __name__), name)
+def __getattr__(name: str) -> Any:
+    if name == "__all__":  # computed on first use, so that `import fisherdyn` stays light
+        value: Any = list(_exports())
+    else:
+        module = _MODULE_OF.get(name)
+        if module is None and name[:1].isupper():  # perhaps a family: ask the registry
+            module = _exports().get(name)
+        if module is None:
+            raise AttributeError(f"module 'fisherdyn' has no attribute {name!r}")
+        value = getattr(_import_module(f".{module}", __name__), name)
     globals()[name] = value  # later look-ups find it without this function
     return value
 
 
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_exports()))
 
 
-if TYPE_CHECKING:  # what type checkers and the API documentation see
+# What type checkers and the API documentation see; a family the block does not name is
+# exported all the same, its static type then `Any`.
+if TYPE_CHECKING:
     from ._analysis import (
         AbeExpansion as AbeExpansion,
         TangentTest as TangentTest,

@@ -422,23 +422,6 @@ def test_import_loads_neither_jax_nor_optax():
     assert out.returncode == 0, out.stderr
 
 
-def test_lazy_exports_match_the_static_imports():
-    """The names `fisherdyn.__getattr__` serves are those its `TYPE_CHECKING` block imports
-    (what type checkers and the API docs see), from the same subpackages."""
-    import ast
-
-    import fisherdyn
-
-    tree = ast.parse((ROOT / "fisherdyn" / "__init__.py").read_text())
-    (block,) = [
-        n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
-    ]
-    static = {a.asname: node.module for node in block.body for a in node.names}
-    assert static == {name: module for module, names in fisherdyn._EXPORTS.items()
-                      for name in names}
-    assert sorted(static) == sorted(fisherdyn.__all__)
-
-
 # --------------------------------------------------------------------------- output paths
 
 SWEEP_SPEC = """\

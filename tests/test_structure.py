@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import ast
 import io
+import json
 import re
 import tokenize
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import fisherdyn as fd
@@ -50,19 +52,29 @@ def _exports_literal() -> dict[str, tuple[str, ...]]:
 
 
 def test_type_checking_block_and_all_match_the_export_list():
+    """`__all__` is `_EXPORTS` and the registered families; the `TYPE_CHECKING` block imports
+    every name of `_EXPORTS` from its subpackage, and may leave out a family (whose static
+    type is then `Any`), nothing else."""
     exports = _exports_literal()
     block = next(n for n in _tree(PKG / "__init__.py").body
                  if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
-    seen: dict[str, set[str]] = {}
+    seen: dict[str, str] = {}
     for node in block.body:
         assert isinstance(node, ast.ImportFrom) and node.level == 1, ast.dump(node)
         for a in node.names:
             assert a.asname == a.name, f"{a.name} must be re-exported as itself"
-            seen.setdefault(node.module, set()).add(a.name)  # type: ignore[arg-type]
-    assert seen == {m: set(names) for m, names in exports.items()}
-    flat = [n for names in exports.values() for n in names]
-    assert len(flat) == len(set(flat)), "a name exported twice"
-    assert fd.__all__ == flat
+            assert a.name not in seen, f"{a.name} imported twice"
+            seen[a.name] = node.module  # type: ignore[assignment]
+    flat = {n: module for module, names in exports.items() for n in names}
+    assert len(flat) == sum(map(len, exports.values())), "a name exported twice"
+    runtime = fd._exports()
+    assert fd.__all__ == list(runtime)
+    assert {n: runtime.get(n) for n in seen} == seen, "the block and the exports disagree"
+    assert set(flat) <= set(seen), f"{set(flat) - set(seen)} missing from TYPE_CHECKING"
+    assert {n: runtime[n] for n in flat} == flat
+    families = {c.__name__ for c in EXPORTED_FAMILIES}
+    assert set(runtime) - set(flat) == families
+    assert set(runtime) - set(seen) <= families
 
 
 def test_every_exported_name_is_exported_by_its_subpackage():
@@ -110,6 +122,96 @@ def test_every_exported_family_is_registered_and_in_the_shared_battery():
         RefFamily(spec).S([0.25, 0.75])  # the mpmath reference knows the family
     labels = [label for label, _ in fd.operator_table.__globals__["DEFAULT_FAMILIES"]]
     assert len(labels) == len(EXPORTED_FAMILIES) == len(set(labels))
+
+
+# A family added to the library: its own file in fisherdyn/_entropies/ and nothing else.
+_TOY_FAMILY = '''
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from .._misc import softplus_inverse
+from ._base import AbstractSeparableEntropy
+
+
+class Toy(AbstractSeparableEntropy):
+    """Shannon scaled by c > 0, S = -c sum(rho ln rho): softmax at temperature cT."""
+
+    c: float
+    parse_names: ClassVar[tuple[str, ...]] = ("toy",)
+    parse_defaults: ClassVar[tuple[float, ...]] = (1.0,)
+
+    @classmethod
+    def shape_chart(cls):
+        return jax.nn.softplus, softplus_inverse
+
+    def G(self, x):
+        return self.c * (1.0 + jnp.log(x))
+
+    def G_prime(self, x):
+        return self.c / x
+
+    def G1(self):
+        return self.c
+
+    def inverse_shifted(self, y):
+        x = jnp.exp(y / self.c)
+        return x, x / self.c
+
+    def terms(self, rho):
+        safe = jnp.where(rho > 0, rho, 1.0)
+        return jnp.where(rho > 0, -self.c * rho * jnp.log(safe), 0.0)
+'''
+
+_TOY_CHECKS = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import jax
+jax.config.update("jax_enable_x64", True)
+import fisherdyn as fd
+from fisherdyn._cli._options import entropy_arg
+from fisherdyn._entropies import default_entropies
+from fisherdyn._paths._charts import FAMILIES, family_of
+
+assert fd.__file__.startswith(sys.argv[1]), fd.__file__
+i, shape = family_of(fd.Toy(2.0))
+print(json.dumps(dict(
+    exported=fd.Toy.__module__, in_all="Toy" in fd.__all__, in_dir="Toy" in dir(fd),
+    parsed=repr(fd.parse_entropy("toy:0.5")), cli=repr(entropy_arg("toy")),
+    run=[repr(e) for e in default_entropies(examples=True)][-1],
+    table=[label for label, _ in fd.operator_table.__globals__["DEFAULT_FAMILIES"]][-1],
+    fit=[fd.fit_families, FAMILIES[i].shape_name,
+         float(FAMILIES[i].value(FAMILIES[i].chart(shape)))],
+    rho=fd.stationary(fd.Toy(2.5), jax.numpy.asarray([1.3, -0.4, 0.8, 2.1]), 0.7).tolist(),
+)))
+"""
+
+
+def test_a_family_added_to_the_library_is_its_file_alone(tmp_path):
+    """A copy of the package with one more file, `_entropies/_toy.py`, in a fresh interpreter:
+    the family is exported, parsed, run by the command line, in the operator table, fit by
+    `fit_path`, and `stationary` solves it (reference: scipy's softmax at temperature cT, to
+    1e-14: the generic separable solve's round-off, a few ulps of weights below 1)."""
+    import shutil
+    import subprocess
+    import sys
+
+    import scipy.special
+
+    shutil.copytree(PKG, tmp_path / "fisherdyn", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "fisherdyn" / "_entropies" / "_toy.py").write_text(_TOY_FAMILY)
+    proc = subprocess.run([sys.executable, "-c", _TOY_CHECKS, str(tmp_path)], timeout=300,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["exported"] == "fisherdyn._entropies._toy"
+    assert out["in_all"] and out["in_dir"]
+    assert out["parsed"] == "Toy(c=0.5)" and out["cli"] == "Toy(c=1.0)"
+    assert out["run"] == "Toy(c=1.0)" and out["table"] == "Toy c=1"
+    assert "Toy" in out["fit"][0] and out["fit"][1:] == ["c", pytest.approx(2.0, rel=1e-14)]
+    reference = scipy.special.softmax(np.array([1.3, -0.4, 0.8, 2.1]) / (2.5 * 0.7))
+    np.testing.assert_allclose(out["rho"], reference, rtol=0, atol=1e-14)
 
 
 # --------------------------------------------------------------------------- architecture page

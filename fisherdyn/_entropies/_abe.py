@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._custom_types import ArrayLike
-from .._misc import concrete_float, real_parameter
+from .._misc import concrete_float, real_parameter, softplus_inverse
 from ._base import (
     AbstractComponentLaw,
     AbstractSeparableEntropy,
@@ -72,6 +72,12 @@ class Abe(AbstractSeparableEntropy):
         q = float(self.q)
         q = max(q, 1 / q)
         return -q / (q - 1), "-q/(q-1)"
+
+    @classmethod
+    def shape_chart(cls):
+        """$q = e^{0.01 + \\mathrm{softplus}(u)}$: a fit finds q > 1, since $S_A(q) = S_A(1/q)$."""
+        return (lambda u: jnp.exp(0.01 + jax.nn.softplus(u)),
+                lambda q: softplus_inverse(abs(math.log(q)) - 0.01))
 
     def __check_init__(self):
         q = real_parameter(self.q, "q", "Abe")

@@ -13,6 +13,7 @@ they are differentiable and vmappable; validation happens only when the value is
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import ClassVar
 
 import equinox as eqx
@@ -94,6 +95,16 @@ class AbstractEntropy(eqx.Module):
         of an algebraic tail $\\rho \\sim |z|^{p}$, or the rate $d\\ln\\rho/dz$ of an
         exponential one; `(None, "")` where no closed form is known."""
         return None, ""
+
+    @classmethod
+    def shape_chart(
+        cls,
+    ) -> tuple[Callable[[Float[Array, ""]], Float[Array, ""]], Callable[[float], float]] | None:
+        """An unconstrained chart of the family's one shape parameter, for a fit that moves
+        it freely (`fit_path`): `(shape, chart)`, where `shape(u)` is a valid parameter for
+        every real `u` and `chart(value)` is its inverse (for initial guesses). None (the
+        default): the family is fit only if it has no parameter."""
+        return None
 
     @abc.abstractmethod
     def value(

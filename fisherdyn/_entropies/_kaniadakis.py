@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -24,6 +25,12 @@ class Kaniadakis(AbstractSeparableEntropy):
 
     def tail_reference(self, T):
         return -1 / abs(float(self.kappa)), "-1/kappa"
+
+    @classmethod
+    def shape_chart(cls):
+        """$\\kappa = 0.01 + 0.94\\,\\sigma(u)$ (a fit finds |kappa|, which is all the law uses)."""
+        return (lambda u: 0.01 + (0.95 - 0.01) * jax.nn.sigmoid(u),
+                lambda kappa: float(np.log((abs(kappa) - 0.01) / (0.95 - abs(kappa)))))
 
     def __check_init__(self):
         k = real_parameter(self.kappa, "kappa", "Kaniadakis")

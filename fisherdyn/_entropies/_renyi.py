@@ -8,6 +8,7 @@ import numpy as np
 from .._custom_types import ArrayLike
 from .._misc import real_parameter
 from ._base import AbstractTsallisShapedEntropy, _masked_sum, _safe_log
+from ._tsallis import Tsallis
 
 
 class Renyi(AbstractTsallisShapedEntropy):
@@ -16,6 +17,11 @@ class Renyi(AbstractTsallisShapedEntropy):
     q: ArrayLike
     parse_names: ClassVar[tuple[str, ...]] = ("renyi",)
     parse_defaults: ClassVar[tuple[float, ...]] = (2.0,)
+
+    @classmethod
+    def shape_chart(cls):
+        """Tsallis's chart, $q = 1.01 + \\mathrm{softplus}(u)$."""
+        return Tsallis.shape_chart()
 
     def __check_init__(self):
         q = real_parameter(self.q, "q", "Renyi")

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._custom_types import ArrayLike
-from .._misc import concrete_float, real_parameter
+from .._misc import concrete_float, real_parameter, softplus_inverse
 from ._base import (
     AbstractCutoffComponentLaw,
     AbstractSeparableEntropy,
@@ -36,6 +37,12 @@ class Tsallis(AbstractSeparableEntropy):
     example_parameters: ClassVar[tuple[tuple[float, ...], ...]] = ((2.0,),)  # sparsemax
     realization: ClassVar[str] = "threshold"
     may_have_cutoff: ClassVar[bool] = True
+
+    @classmethod
+    def shape_chart(cls):
+        """$q = 1.01 + \\mathrm{softplus}(u)$: a fit keeps to the compact side, q > 1."""
+        return (lambda u: 1.0 + 0.01 + jax.nn.softplus(u),
+                lambda q: softplus_inverse(q - 1.0 - 0.01))
 
     def __check_init__(self):
         q = real_parameter(self.q, "q", "Tsallis")

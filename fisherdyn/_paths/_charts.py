@@ -1,16 +1,16 @@
 """The entropy families `fit_path` can fit, each with an unconstrained chart of its shape
-parameter (so that Levenberg-Marquardt can move it freely)."""
+parameter (so that Levenberg-Marquardt can move it freely): every registered family without
+a parameter, and every one-parameter family that declares its chart (`shape_chart`)."""
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from typing import Callable, NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._entropies import Abe, AbstractEntropy, Burg, Kaniadakis, Renyi, Shannon, Tsallis
+from .._entropies import AbstractEntropy, families
 
 __all__ = ["fit_families"]
 
@@ -27,44 +27,26 @@ class Family(NamedTuple):
     chart: Callable  # value -> u (for initial guesses)
 
 
-_Q_LO, _K_LO, _K_HI, _E_LO = 0.01, 0.01, 0.95, 0.01
+def _family(cls: type[AbstractEntropy]) -> Family | None:
+    """`cls` as the fitter sees it, or None where it cannot fit it."""
+    if not cls.parse_defaults:
+        return Family(cls.__name__, cls, 0, None, lambda u: cls(), lambda u: jnp.nan * u,
+                      lambda v: 0.0)
+    chart = cls.shape_chart()
+    if chart is None or len(cls.parse_defaults) != 1:
+        return None
+    shape, inverse = chart
+    name = dataclasses.fields(cls)[0].name
+    return Family(cls.__name__, cls, 1, name, lambda u: cls(shape(u)), shape, inverse)
 
 
-def _softplus_inv(y):
-    y = np.asarray(y, float)
-    return np.log(np.expm1(y))
-
-
-def _q_of(u):
-    return 1.0 + _Q_LO + jax.nn.softplus(u)
-
-
-def _kappa_of(u):
-    return _K_LO + (_K_HI - _K_LO) * jax.nn.sigmoid(u)
-
-
-def _abe_q_of(u):
-    return jnp.exp(_E_LO + jax.nn.softplus(u))
-
-
-FAMILIES: tuple[Family, ...] = (
-    Family("Shannon", Shannon, 0, None, lambda u: Shannon(), lambda u: jnp.nan * u,
-           lambda v: 0.0),
-    Family("Tsallis", Tsallis, 1, "q", lambda u: Tsallis(_q_of(u)), _q_of,
-           lambda v: _softplus_inv(v - 1.0 - _Q_LO)),
-    Family("Renyi", Renyi, 1, "q", lambda u: Renyi(_q_of(u)), _q_of,
-           lambda v: _softplus_inv(v - 1.0 - _Q_LO)),
-    Family("Kaniadakis", Kaniadakis, 1, "kappa", lambda u: Kaniadakis(_kappa_of(u)),
-           _kappa_of,
-           lambda v: float(np.log((abs(v) - _K_LO) / (_K_HI - abs(v))))),
-    Family("Abe", Abe, 1, "q", lambda u: Abe(_abe_q_of(u)), _abe_q_of,
-           lambda v: _softplus_inv(abs(math.log(v)) - _E_LO)),
-    Family("Burg", Burg, 0, None, lambda u: Burg(), lambda u: jnp.nan * u, lambda v: 0.0),
-)
+FAMILIES: tuple[Family, ...] = tuple(f for f in map(_family, families()) if f is not None)
 
 fit_families: tuple[str, ...] = tuple(f.name for f in FAMILIES)
-"""Names of the families `fit_path` can fit (Sharma-Mittal is not among them: it has two
-shape parameters and contains Renyi (r -> 1) and Tsallis (r = q) as limits)."""
+"""Names of the families `fit_path` can fit: those without a parameter, and those with one
+whose class declares an unconstrained chart of it (`shape_chart`). Sharma-Mittal is not
+among them: it has two shape parameters and contains Renyi (r -> 1) and Tsallis (r = q) as
+limits."""
 
 
 def family_of(entropy: AbstractEntropy, argument: str = "entropy") -> tuple[int, float | None]:

@@ -18,7 +18,7 @@ $\\gamma = e^b$, temperature $T = e^c$ (each a smooth box of +-6 e-folds, `LOG_B
 a reference scale set by the data: $\\theta$ around $e^{-2}$ x the fitted span, so that it
 reaches far below one layer step and the overdamped limit $\\theta \\to 0$ is approached
 whatever gamma is; a box on m itself would tie the smallest reachable $\\theta$ to gamma),
-the family's shape parameter in an unconstrained chart (Tsallis / Renyi
+the family's shape parameter in the unconstrained chart the family declares (Tsallis / Renyi
 $q = 1.01 + \\mathrm{softplus}(u)$, Kaniadakis $\\kappa = 0.01 + 0.94\\,\\sigma(u)$, Abe
 $q = e^{0.01 + \\mathrm{softplus}(u)}$) and the initial velocity (a tangent vector of the
 sphere at $x_0$; $N - 1$ numbers). The layer-to-time scale is *not* a free parameter:
@@ -32,7 +32,8 @@ the loss, with the Jacobian from forward-mode differentiation through the Diffra
 program serves both orders (a `lax.switch` on a traced index), both energy models (a score
 schedule) and every family named in `compile_with`: it is compiled once per data shape
 (paths, restarts, layers, keys) and family set, and a small summary program once per
-family. The programs are in `_fit_model.py`, the families' charts in `_charts.py`.
+family. The programs are in `_fit_model.py`; `_charts.py` reads the families' charts
+(`shape_chart`) from the registry.
 """
 
 from __future__ import annotations
