@@ -303,6 +303,43 @@ def test_scripts_use_public_names(folder):
     assert not bad, "\n".join(bad)
 
 
+# --------------------------------------------------------------------------- dispatch on classes
+
+_CHART_NAMES = {"sphere", "simplex"}
+
+
+def _flag_branches(path: Path, source: str) -> list[str]:
+    """Where a module reads an entropy's `separable` flag (outside fisherdyn/_entropies) or
+    compares a chart by its name (with a chart-name string, or `coords.name` / `chart.name`)."""
+    rel = path.relative_to(ROOT)
+    in_entropies = "_entropies" in rel.parts
+    bad = []
+    for node in ast.walk(ast.parse(source, str(path))):
+        if not in_entropies and (
+            (isinstance(node, ast.Attribute) and node.attr == "separable")
+            or (isinstance(node, ast.Constant) and node.value == "separable")
+        ):
+            bad.append(f"{rel}:{node.lineno} reads `separable`")
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            strings = {o.value for o in operands if isinstance(o, ast.Constant)}
+            chart_name = any(
+                isinstance(o, ast.Attribute) and o.attr == "name"
+                and re.search(r"coord|chart", ast.unparse(o.value), re.I)
+                for o in operands
+            )
+            if strings & _CHART_NAMES or chart_name:
+                bad.append(f"{rel}:{node.lineno} branches on a chart's name")
+    return bad
+
+
+def test_behaviour_is_on_the_classes_not_on_a_flag_or_a_name():
+    """What differs between separable and Tsallis-shaped entropies is a method of their base
+    or a solver dispatched on the base class; a chart carries its boundary behaviour."""
+    bad = [b for path in MODULES for b in _flag_branches(path, path.read_text())]
+    assert not bad, "\n".join(bad)
+
+
 # --------------------------------------------------------------------------- readable code
 
 

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from .._custom_types import Array, Bool, Float, PyTree
+from .._results import RESULTS
 from ._system import FisherSystem, forces, free_energy_of
 
 __all__ = [
@@ -97,6 +98,11 @@ class AbstractCoordinates(eqx.Module):
     def boundary_event(self, overdamped: bool) -> diffrax.Event | None:
         """The event that stops a solve before the chart turns singular on the boundary, or
         None where it stays regular there. The event's `args` are `(system, boundary_tol)`."""
+
+    def boundary_result(self) -> RESULTS:
+        """The result of a solve that `boundary_event` stopped (default: the chart's own
+        boundary, `RESULTS.boundary_reached`)."""
+        return RESULTS.boundary_reached
 
 
 class SphereCoordinates(AbstractCoordinates):
@@ -190,6 +196,11 @@ class SphereCoordinates(AbstractCoordinates):
         if overdamped:
             return None
         return diffrax.Event(lambda t, y, args, **kwargs: self.singular_boundary_hit(y, *args))
+
+    def boundary_result(self):
+        """`RESULTS.boundary_singular`: the sphere is regular at the boundary, so its event
+        marks where the family's force is not."""
+        return RESULTS.boundary_singular
 
     @staticmethod
     def singular_boundary_hit(

@@ -35,10 +35,26 @@ from ._problem import (
     resolve_solver,
 )
 
-__all__ = ["simulate", "Trajectory", "term", "meter", "trajectory"]
+__all__ = [
+    "simulate", "Trajectory", "Outcome", "Static", "integrate", "final_state", "field",
+    "trajectory",
+]
 
 
-class Trajectory(eqx.Module):
+class Outcome(eqx.Module):
+    """A solve's outcome: a subclass has a field `result`, a `fisherdyn.RESULTS` code."""
+
+    # (no `AbstractVar` annotation: under postponed annotations equinox would make it a
+    # field of this base, first in every subclass's constructor)
+
+    @property
+    def result_name(self) -> str | np.ndarray:
+        """`result` as a word (`"successful"`, `"boundary_reached"`, `"polish_failed"`,
+        ...), see `fisherdyn.result_name`."""
+        return result_name(self.result)  # pyright: ignore[reportAttributeAccessIssue]
+
+
+class Trajectory(Outcome):
     """A solved trajectory of the Fisher-Lagrangian dynamics.
 
     **Fields:**
@@ -72,43 +88,68 @@ class Trajectory(eqx.Module):
     coords: str = eqx.field(static=True)
     overdamped: bool = eqx.field(static=True)
 
-    @property
-    def result_name(self) -> str | np.ndarray:
-        """`result` as a word (`"successful"`, `"boundary_reached"`, ...), see
-        `fisherdyn.result_name`."""
-        return result_name(self.result)
 
+class Static(eqx.Module):
+    """What a compiled solve is specialized on (`simulate`'s and `relax`'s)."""
 
-class _Static(eqx.Module):
     coords: AbstractCoordinates = eqx.field(static=True)
     solver: diffrax.AbstractSolver = eqx.field(static=True)
     overdamped: bool = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
-    n_save: int = eqx.field(static=True)
     progress: bool = eqx.field(static=True)
     adjoint: diffrax.AbstractAdjoint = eqx.field(static=True)
+    n_save: int = eqx.field(static=True, default=0)
 
 
-def term(coords: AbstractCoordinates, overdamped: bool) -> diffrax.ODETerm:
-    """The chart's vector field as a Diffrax term; its `args` are `(system, ...)`."""
-    field = coords.overdamped_field if overdamped else coords.vector_field
-    return diffrax.ODETerm(lambda t, y, args: field(t, y, args[0]))
+def field(coords: AbstractCoordinates, overdamped: bool):
+    """The chart's vector field `(t, y, system) -> dy/dt`: the overdamped flow or the
+    inertial system."""
+    return coords.overdamped_field if overdamped else coords.vector_field
 
 
-def meter(progress: bool) -> diffrax.AbstractProgressMeter:
+def _meter(progress: bool) -> diffrax.AbstractProgressMeter:
     if not progress:
         return diffrax.NoProgressMeter()
     require("tqdm", extra="progress", what="progress=True")  # Diffrax's bar is tqdm's
     return diffrax.TqdmProgressMeter()
 
 
-def trajectory(sol, y0, system, coords: AbstractCoordinates, overdamped, result) -> Trajectory:
-    """Observables of a solve saved with `SaveAt(ts=..., t1=True)`."""
+def integrate(static: Static, y0, t1, args, saveat, rtol, atol, event) -> diffrax.Solution:
+    """One Diffrax solve of the chart's field from t = 0 to `t1` (stopped by `event`);
+    `args` are `(system, ...)`, as the chart's events take them."""
+    f = field(static.coords, static.overdamped)
+    system = args[0]
+    return diffrax.diffeqsolve(
+        diffrax.ODETerm(lambda t, y, args: f(t, y, args[0])),
+        static.solver,
+        t0=jnp.zeros((), t1.dtype),
+        t1=t1,
+        dt0=None,
+        y0=y0,
+        args=args,
+        saveat=saveat,
+        stepsize_controller=controller(static.solver, rtol, atol, system.mask),
+        event=event,
+        max_steps=static.max_steps,
+        throw=False,
+        adjoint=static.adjoint,
+        progress_meter=_meter(static.progress),
+    )
+
+
+def final_state(sol: diffrax.Solution):
+    """`(k, y)`: the index and the state where a solve saved with `SaveAt(..., t1=True)`
+    stopped."""
     # The buffer holds the requested save times and then the final state. An event stops
     # the solve early, and Diffrax then writes the final state right after the last save
     # time reached: the last finite entry is the final state, the ones before are saves.
     k = jnp.sum(jnp.isfinite(sol.ts)) - 1
-    y_final = jtu.tree_map(lambda y: y[k], sol.ys)
+    return k, jtu.tree_map(lambda y: y[k], sol.ys)
+
+
+def trajectory(sol, y0, system, coords: AbstractCoordinates, overdamped, result) -> Trajectory:
+    """Observables of a solve saved with `SaveAt(ts=..., t1=True)`."""
+    k, y_final = final_state(sol)
     ys_saved = jtu.tree_map(lambda y: y[:-1], sol.ys)
     reached = jnp.arange(sol.ts.shape[0] - 1) < k
 
@@ -140,31 +181,19 @@ def trajectory(sol, y0, system, coords: AbstractCoordinates, overdamped, result)
     )
 
 
-def _simulate_single(system, rho0, v0, extra, static: _Static):
+def _simulate_single(system, rho0, v0, extra, static: Static):
     t1, rtol, atol, boundary_tol, ts = extra
     coords = static.coords
     y0 = coords.from_simplex(rho0, None if static.overdamped else v0)
     if ts is None:
         ts = t1 * jnp.linspace(0.0, 1.0, static.n_save, dtype=rho0.dtype)
-    sol = diffrax.diffeqsolve(
-        term(coords, static.overdamped),
-        static.solver,
-        t0=jnp.zeros((), rho0.dtype),
-        t1=t1,
-        dt0=None,
-        y0=y0,
-        args=(system, boundary_tol),
-        saveat=diffrax.SaveAt(ts=ts, t1=True),
-        stepsize_controller=controller(static.solver, rtol, atol, system.mask),
-        event=coords.boundary_event(static.overdamped),
-        max_steps=static.max_steps,
-        throw=False,
-        adjoint=static.adjoint,
-        progress_meter=meter(static.progress),
+    sol = integrate(
+        static, y0, t1, (system, boundary_tol), diffrax.SaveAt(ts=ts, t1=True), rtol, atol,
+        coords.boundary_event(static.overdamped),
     )
     result = RESULTS.promote(sol.result)
-    at_event = RESULTS.boundary_singular if coords.name == "sphere" else RESULTS.boundary_reached
-    result = RESULTS.where(sol.result == diffrax.RESULTS.event_occurred, at_event, result)
+    at_event = sol.result == diffrax.RESULTS.event_occurred
+    result = RESULTS.where(at_event, coords.boundary_result(), result)
     return trajectory(sol, y0, system, coords, static.overdamped, result)
 
 
@@ -265,8 +294,8 @@ def simulate(
     tols = default_tols(dtype, rtol=rtol, atol=atol)
     t1 = positive_time(t1, dtype)
     ts, n_save = _save_times(saveat, t1, dtype)
-    static = _Static(
-        coords, solver, overdamped, int(max_steps), n_save, bool(progress), adjoint
+    static = Static(
+        coords, solver, overdamped, int(max_steps), bool(progress), adjoint, n_save=n_save
     )
     extra = (t1, tols["rtol"], tols["atol"], jnp.asarray(boundary_tol, dtype), ts)
     out = run(_simulate_single, problem, extra, (0, 0, 0, 0, 1), static)

@@ -185,22 +185,13 @@ def linear_score_dynamics(
 
     `(attn, z, v)`, each `(K + 1, *batch, N)` at the times $t_0..t_K$.
     """
-    s_k = jnp.asarray(scores)
-    times = jnp.asarray(times, s_k.dtype)
+    s_k, times, state0 = _held_scores(scores, times)
+    z0 = state0(z0, 0.0)
+    v0 = state0(v0, 0.0)
+    zs, vs = _scan_intervals(
+        lambda s, state, dt: linear_score_step(s, state, a=a, b=b, dt=dt), s_k, times, (z0, v0)
+    )
     shape = s_k.shape[1:]
-    z0 = jnp.zeros(shape, s_k.dtype) if z0 is None else jnp.broadcast_to(
-        jnp.asarray(z0, s_k.dtype), shape)
-    v0 = jnp.zeros(shape, s_k.dtype) if v0 is None else jnp.broadcast_to(
-        jnp.asarray(v0, s_k.dtype), shape)
-
-    def body(carry, inp):
-        s, dt = inp
-        new = linear_score_step(s, carry, a=a, b=b, dt=dt)
-        return new, new
-
-    _, (zs, vs) = jax.lax.scan(body, (z0, v0), (s_k, jnp.diff(times)))
-    zs = jnp.concatenate([z0[None], zs])
-    vs = jnp.concatenate([v0[None], vs])
     T = jnp.broadcast_to(jnp.asarray(T, zs.dtype), shape[:-1])
     return stationary(entropy, zs, T[..., None]), zs, vs
 
@@ -239,30 +230,46 @@ def fisher_score_dynamics(
     `(attn, psi, psi_dot)`, each `(K + 1, *batch, N)` at the times $t_0..t_K$ (the weights
     and the sphere chart's state $\\psi = \\sqrt\\rho$, $\\dot\\psi$).
     """
-    s_k = jnp.asarray(scores)
-    times = jnp.asarray(times, s_k.dtype)
-    shape = s_k.shape[1:]
-    rho0 = jnp.full(shape, 1 / shape[-1], s_k.dtype) if rho0 is None else \
-        jnp.broadcast_to(jnp.asarray(rho0, s_k.dtype), shape)
-    x0 = jnp.sqrt(rho0)
+    s_k, times, state0 = _held_scores(scores, times)
+    rho0 = state0(rho0, 1 / s_k.shape[-1])
     if velocity0 is None:
-        v0 = jnp.zeros(shape, s_k.dtype)
+        x0, v0 = jnp.sqrt(rho0), state0(None, 0.0)
     else:
-        rd = jnp.broadcast_to(jnp.asarray(velocity0, s_k.dtype), shape)
-        v0 = jnp.where(x0 > 0, rd / (2 * jnp.where(x0 > 0, x0, 1.0)), 0.0)
+        x0, v0 = SphereCoordinates().from_simplex(rho0, state0(velocity0, 0.0))
 
-    def body(carry, inp):
-        s, dt = inp
+    def interval(s, state, dt):
         # one interval: substeps RK4 steps of dt / substeps (dt traced, so via the ratio)
-        new = _fisher_interval(entropy, carry[0], carry[1], s, T, mass, damping, dt,
-                               int(substeps))
-        return new, new
+        return _fisher_interval(entropy, *state, s, T, mass, damping, dt, int(substeps))
 
-    _, (xs, vs) = jax.lax.scan(body, (x0, v0), (s_k, jnp.diff(times)))
-    xs = jnp.concatenate([x0[None], xs])
-    vs = jnp.concatenate([v0[None], vs])
+    xs, vs = _scan_intervals(interval, s_k, times, (x0, v0))
     x2 = xs * xs
     return x2 / jnp.sum(x2, -1, keepdims=True), xs, vs
+
+
+def _held_scores(scores, times):
+    """`(s_k, times, state0)`: the held scores and times as arrays of one dtype, and
+    `state0(given, default)`, an initial state of the shape of one row of scores."""
+    s_k = jnp.asarray(scores)
+    shape = s_k.shape[1:]
+
+    def state0(given, default):
+        if given is None:
+            return jnp.full(shape, default, s_k.dtype)
+        return jnp.broadcast_to(jnp.asarray(given, s_k.dtype), shape)
+
+    return s_k, jnp.asarray(times, s_k.dtype), state0
+
+
+def _scan_intervals(step, s_k, times, state0):
+    """The states at $t_0..t_K$ of `step(s, state, dt)` applied over each interval in turn."""
+
+    def body(state, inp):
+        s, dt = inp
+        new = step(s, state, dt)
+        return new, new
+
+    _, states = jax.lax.scan(body, state0, (s_k, jnp.diff(times)))
+    return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), state0, states)
 
 
 def _fisher_interval(entropy, x, v, s, T, mass, damping, dt, substeps):

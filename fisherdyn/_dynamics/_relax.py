@@ -9,23 +9,20 @@ function theorem through `optimistix.root_find`); the integrated path is not dif
 from __future__ import annotations
 
 import diffrax
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
-import numpy as np
 import optimistix as optx
 
 from .._custom_types import Array, ArrayLike, Bool, Float, RealScalarLike, Scores, Temperature
-from .._entropies import AbstractEntropy, AbstractTsallisShapedEntropy
-from .._results import RESULTS, result_name
+from .._entropies import AbstractEntropy
+from .._results import RESULTS
 from ._batching import run
-from ._coordinates import AbstractCoordinates, SphereCoordinates
-from ._integrate import Trajectory, meter, term, trajectory
+from ._coordinates import SphereCoordinates
+from ._integrate import Outcome, Static, Trajectory, field, final_state, integrate, trajectory
 from ._problem import (
     Problem,
-    controller,
     default_tols,
     is_overdamped,
     positive_time,
@@ -38,7 +35,7 @@ from ._system import FisherSystem, boundary_forces, forces
 __all__ = ["relax", "RelaxSolution"]
 
 
-class RelaxSolution(eqx.Module):
+class RelaxSolution(Outcome):
     """The fixed point the damped dynamics converged to.
 
     **Fields:**
@@ -65,12 +62,6 @@ class RelaxSolution(eqx.Module):
     stats: dict[str, Array]
     path: Trajectory | None = None
 
-    @property
-    def result_name(self) -> str | np.ndarray:
-        """`result` as a word (`"successful"`, `"polish_failed"`, ...), see
-        `fisherdyn.result_name`."""
-        return result_name(self.result)
-
 
 def _state_norm(tree):
     return jnp.max(jnp.stack([jnp.max(jnp.abs(leaf)) for leaf in jtu.tree_leaves(tree)]))
@@ -92,11 +83,8 @@ def _diagonal_scale(entropy, z, T, active, u0):
     forces with the moment held fixed, a separable law, so one JVP along ones gives it
     exactly.
     """
-    if isinstance(entropy, AbstractTsallisShapedEntropy):
-        frozen = entropy.tsallis()
-        T_frozen = T * entropy.temperature_factor(entropy.moment(_on_support(active, u0)))
-    else:
-        frozen, T_frozen = entropy, T
+    frozen = entropy.stationary_law()
+    T_frozen = entropy.effective_temperature(T, _on_support(active, u0))
 
     def frozen_residual(u):
         return jnp.where(active, forces(frozen, _on_support(active, u), z, T_frozen) / T, u)
@@ -202,14 +190,6 @@ def _polish(system: FisherSystem, rho_end, lam_end, rtol):
     return rho, lam, residual, ok_newton, ok_support, steps
 
 
-class _RelaxStatic(eqx.Module):
-    coords: AbstractCoordinates = eqx.field(static=True)
-    solver: diffrax.AbstractSolver = eqx.field(static=True)
-    overdamped: bool = eqx.field(static=True)
-    max_steps: int = eqx.field(static=True)
-    progress: bool = eqx.field(static=True)
-
-
 def _relax_result(integration, ok_newton, ok_support):
     """The result code: the integration's, then the polish's and the support check's."""
     converged = integration == diffrax.RESULTS.event_occurred
@@ -226,33 +206,17 @@ def _relax_result(integration, ok_newton, ok_support):
     return RESULTS.where(converged & ok_newton & ~ok_support, RESULTS.support_inconsistent, result)
 
 
-def _integrate_to_steady_state(system, y0, t1, rtol, atol, tol, path_ts, static: _RelaxStatic):
-    field = static.coords.overdamped_field if static.overdamped else static.coords.vector_field
+def _integrate_to_steady_state(system, y0, t1, rtol, atol, tol, path_ts, static: Static):
+    f = field(static.coords, static.overdamped)
 
     def steady(t, y, args, **kwargs):
-        return _state_norm(field(t, y, args[0])) < args[1]
+        return _state_norm(f(t, y, args[0])) < args[1]
 
-    return diffrax.diffeqsolve(
-        term(static.coords, static.overdamped),
-        static.solver,
-        t0=jnp.zeros((), t1.dtype),
-        t1=t1,
-        dt0=None,
-        y0=y0,
-        args=(system, tol),
-        saveat=diffrax.SaveAt(t1=True) if path_ts is None else diffrax.SaveAt(ts=path_ts, t1=True),
-        stepsize_controller=controller(static.solver, rtol, atol, system.mask),
-        event=diffrax.Event(steady),
-        max_steps=static.max_steps,
-        throw=False,
-        # nothing is differentiated through the path: a plain while loop, no checkpointing
-        # (much faster under vmap)
-        adjoint=diffrax.ForwardMode(),
-        progress_meter=meter(static.progress),
-    )
+    saveat = diffrax.SaveAt(t1=True) if path_ts is None else diffrax.SaveAt(ts=path_ts, t1=True)
+    return integrate(static, y0, t1, (system, tol), saveat, rtol, atol, diffrax.Event(steady))
 
 
-def _relax_single(system, rho0, v0, extra, static: _RelaxStatic):
+def _relax_single(system, rho0, v0, extra, static: Static):
     t1, rtol, atol, tol, polish_tol, path_ts = extra
     coords = static.coords
     # The fixed point's derivative is the implicit-function derivative of the stationary
@@ -262,8 +226,7 @@ def _relax_single(system, rho0, v0, extra, static: _RelaxStatic):
     rho0, v0, t1, rtol, atol, tol = jax.lax.stop_gradient((rho0, v0, t1, rtol, atol, tol))
     y0 = coords.from_simplex(rho0, None if static.overdamped else v0)
     sol = _integrate_to_steady_state(system_const, y0, t1, rtol, atol, tol, path_ts, static)
-    k = jnp.sum(jnp.isfinite(sol.ts)) - 1  # the final state (see `trajectory`)
-    y_end = jtu.tree_map(lambda y: y[k], sol.ys)
+    k, y_end = final_state(sol)
     rho_end, lam_end = coords.weights_and_multiplier(y_end, system_const, static.overdamped)
     # Keep a failed run's numbers finite so the polish below stays well defined.
     finite = jnp.all(jnp.isfinite(rho_end)) & jnp.isfinite(lam_end)
@@ -358,8 +321,11 @@ def relax(
     dtype = problem.rho0.dtype
     tols = default_tols(dtype, rtol=rtol, atol=atol, tol=tol, polish_tol=polish_tol)
     t1 = _default_t1(problem, overdamped) if t1 is None else positive_time(t1, dtype)
-    static = _RelaxStatic(
-        SphereCoordinates(), resolve_solver(solver), overdamped, int(max_steps), bool(progress)
+    # nothing is differentiated through the path: a plain while loop, no checkpointing
+    # (much faster under vmap)
+    static = Static(
+        SphereCoordinates(), resolve_solver(solver), overdamped, int(max_steps), bool(progress),
+        diffrax.ForwardMode(),
     )
     tols = [tols[k] for k in ("rtol", "atol", "tol", "polish_tol")]
     extra = tuple(jnp.asarray(v, dtype) for v in (t1, *tols))
