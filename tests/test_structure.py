@@ -117,7 +117,8 @@ def test_every_exported_family_is_registered_and_in_the_shared_battery():
     }
     for cls in EXPORTED_FAMILIES:
         for name, classes in battery.items():
-            assert cls in classes, f"{cls.__name__} is missing from {name} in tests/helpers.py"
+            assert cls in classes, (f"{cls.__name__} is missing from {name}: give it a "
+                                    "RefFamily subclass with a battery entry in tests/helpers.py")
         spec = next(s for s in SPECS if type(make(s)) is cls)
         RefFamily(spec).S([0.25, 0.75])  # the mpmath reference knows the family
     labels = [label for label, _ in fd.operator_table.__globals__["DEFAULT_FAMILIES"]]
