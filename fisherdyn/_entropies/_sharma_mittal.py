@@ -8,6 +8,7 @@ import numpy as np
 from .._custom_types import ArrayLike
 from .._misc import real_parameter
 from ._base import AbstractTsallisShapedEntropy
+from ._renyi import log_moment
 
 
 class SharmaMittal(AbstractTsallisShapedEntropy):
@@ -41,4 +42,4 @@ class SharmaMittal(AbstractTsallisShapedEntropy):
         return jnp.expm1((1 - self.r) / (1 - self.q) * logM) / (1 - self.r)
 
     def value(self, rho, mask=None):
-        return self.value_of_log_moment(jnp.log(self.moment(rho, mask)))
+        return self.value_of_log_moment(log_moment(self.q, rho, mask))

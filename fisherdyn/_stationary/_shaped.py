@@ -209,10 +209,13 @@ def _shape_profile(sh, lo, hi, at_lo):
     eps = jnp.finfo(sh.d.dtype).eps
     jump = (gap > 0) & (sh.beta != 0) & (hi - lo <= 8 * eps * (1 + jnp.abs(hi)))
     theta = jnp.where(jump, jnp.clip(theta, 0.0, 1.0), jnp.where(at_lo, 0.0, 1.0))
-    S1 = S1a + theta * gap
+    w = vpa + theta * (vpb - vpa)
+    # the weights' own sum, not the tuple reduction's Shat_p: XLA:CPU sums a tuple
+    # reduction in one running sum, whose float32 rounding over a long row shows in sum(rho)
+    S1 = jnp.sum(w, -1, keepdims=True)
     X = Xa + theta * (Xb - Xa)
     # log M = log Shat_{p+1} - q log Shat_p, without cancellation near q = 1
-    return (vpa + theta * (vpb - vpa)) / S1, jnp.log1p(X / S1) - (sh.q - 1) * jnp.log(S1)
+    return w / S1, jnp.log1p(X / S1) - (sh.q - 1) * jnp.log(S1)
 
 
 def _shape_grid(sh, K):
