@@ -119,12 +119,26 @@ EMPTY_MESSAGE = (
 )
 
 
+def nan_scores(z, axis=-1):
+    """Per row: whether a score is NaN. XLA:CPU's row maximum of a long row skips NaN, so
+    the test is a sum of signs (never overflowing, NaN exactly when a score is), which
+    XLA fuses into the same pass as the maximum."""
+    return jnp.isnan(jnp.sum(jnp.sign(z), axis=axis, keepdims=True))
+
+
+def checked_row_sum(s):
+    """A row sum of the weights, checked: NaN there means NaN scores (the softmax path keeps
+    NaN keys in its sum, so that the sum it computes anyway is the test)."""
+    return eqx.error_if(s, jnp.any(jnp.isnan(s)), SCORES_MESSAGE.format(count=""))
+
+
 @functools.partial(jax.jit, static_argnames=("axis", "need_keys"))
 def _bad_scores(z, keep, axis, need_keys):
     """(NaN or +inf on a kept key, a row with no kept key) as one small array: one pass
     over the scores (their NaN-propagating row maximum) and one transfer to the host."""
     top = jnp.max(z if keep is None else jnp.where(keep, z, -jnp.inf), axis=axis)
     bad = jnp.any(jnp.isnan(top) | (top == jnp.inf))
+    bad = bad | jnp.any(nan_scores(z if keep is None else jnp.where(keep, z, 0.0), axis))
     empty = jnp.any(top == -jnp.inf) if need_keys else jnp.zeros((), bool)
     return jnp.stack([bad, empty])
 
@@ -203,7 +217,7 @@ def prepare(scores, T, mask, axis):
         # one reduction (the NaN-propagating row max) serves the input check and the
         # empty-row test
         zmax = jnp.max(z, axis=-1, keepdims=True)
-        bad_scores = jnp.any(jnp.isnan(zmax) | (zmax == jnp.inf))
+        bad_scores = jnp.any(jnp.isnan(zmax) | (zmax == jnp.inf) | nan_scores(z))
         empty = zmax == -jnp.inf
         keep = z > -jnp.inf  # -inf behaves like a masked entry
     else:
@@ -234,11 +248,15 @@ def prepare(scores, T, mask, axis):
     return z, keep | empty, T, empty
 
 
-def unmasked_inputs(scores, T, axis):
-    """`prepare` without a mask: keys last, the NaN/+inf and T checks riding on one row-max
-    reduction. Returns (z, zmax, T) with T shaped to broadcast against z."""
+def unmasked_inputs(scores, T, axis, nan_check=True):
+    """`prepare` without a mask: keys last, the NaN/+inf and T checks riding on the row-max
+    pass. Returns (z, zmax, T) with T shaped to broadcast against z. `nan_check=False`:
+    the caller tests NaN itself (`checked_row_sum`), +inf and T are still checked here."""
     z = keys_last(scores, axis)
-    zmax = jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))  # NaN-propagating
-    bad = jnp.any(jnp.isnan(zmax) | (zmax == jnp.inf))
+    zmax = jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))
+    bad = jnp.isnan(zmax) | (zmax == jnp.inf)
+    if nan_check:
+        bad = bad | nan_scores(jax.lax.stop_gradient(z))
+    bad = jnp.any(bad)
     T = checked_T(T, bad, z.dtype, jnp.shape(scores), axis)
     return z, zmax, T

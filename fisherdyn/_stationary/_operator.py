@@ -25,7 +25,7 @@ from .._custom_types import Array, ArrayLike, Float, Mask, Scores, Temperature, 
 from .._entropies import AbstractEntropy, AbstractSeparableEntropy, AbstractTsallisShapedEntropy
 from .._misc import check_entropy, param_jvp
 from .._results import RESULTS
-from ._checks import call_checked, prepare, row_T, unmasked_inputs
+from ._checks import call_checked, checked_row_sum, prepare, row_T, unmasked_inputs
 from ._separable import softmax, solve_separable_rows
 from ._shaped import _log_moment, _solve_tsallis_shaped
 from ._solution import StationarySolution, finish, no_algorithm, result_where
@@ -264,12 +264,14 @@ def _softmax_unmasked(scores, T, axis):
     """softmax(z/T) without a mask: the same input checks as `prepare` riding on one
     row-max reduction, then one fused exp-sum-divide (plain autodiff is the exact softmax
     Jacobian), instead of the general path's keep mask and custom JVP."""
-    z, zmax, T = unmasked_inputs(scores, T, axis)
+    z, zmax, T = unmasked_inputs(scores, T, axis, nan_check=False)
     empty = zmax == -jnp.inf  # every key -inf (masked): a zero row, zero gradient
     d = z - jnp.where(empty, 0.0, zmax)
-    keep = d > -jnp.inf  # double where: -inf keys get weight 0 and no NaN in d/dT
+    # double where: -inf keys get weight 0 and no NaN in d/dT; a NaN key is kept, so that
+    # the row sum carries the NaN check
+    keep = d != -jnp.inf
     e = jnp.where(keep, jnp.exp(jnp.where(keep, d, 0.0) / T), 0.0)
-    rho = e / jnp.where(empty, 1.0, jnp.sum(e, -1, keepdims=True))
+    rho = e / jnp.where(empty, 1.0, checked_row_sum(jnp.sum(e, -1, keepdims=True)))
     return jnp.moveaxis(rho, -1, axis)
 
 
