@@ -293,6 +293,22 @@ def _final_weights(rows, out, use_newton, keep, tol, eps, nan_if_unconverged):
         nu = jnp.where(newton, out.nu, nu)
     S = jnp.sum(rho, -1, keepdims=True)
     normalized = jnp.logical_not(newton)
+    if newton is not False:
+        # the iteration may stop on an h whose components were converged to `inner_tol`
+        # only, above `tol`: where the sum is off by more than `tol`, one more Newton step on
+        # it, linear in the weights (the convergence test below still judges S itself)
+        off = (jnp.abs(1 - S) > tol) & (jnp.abs(1 - S) <= jnp.sqrt(eps))
+        if newton is not True:
+            off = off & newton
+
+        def newton_step(rho, nu):
+            dS = jnp.sum(slope, -1, keepdims=True)
+            step = jnp.where(off & (dS > 0), (1 - S) / jnp.where(dS > 0, dS, 1.0), 0.0)
+            nu = nu - step * rows.T / (1.0 if rows.unit is None else rows.unit)
+            return jnp.maximum(rho + step * slope, 0.0), nu  # (step in y = (z - nu)/T)
+
+        rho, nu = jax.lax.cond(_any_in_batch(off), newton_step, lambda rho, nu: (rho, nu),
+                               rho, nu)
     if newton is not True:
         # the interpolated weights sum to 1 up to their rounding, removed here
         rho = jnp.where(normalized & (S > 0), rho / jnp.where(S > 0, S, 1.0), rho)
@@ -306,6 +322,18 @@ def _final_weights(rows, out, use_newton, keep, tol, eps, nan_if_unconverged):
         sums = (S > 0) & jnp.isfinite(S) & (normalized | (jnp.abs(S - 1) <= jnp.sqrt(eps)))
         rho = jnp.where((converged & sums) | ~keep, rho, jnp.nan)
     return rho, slope, nu
+
+
+@jax.custom_batching.custom_vmap
+def _any_in_batch(x):
+    return jnp.any(x)
+
+
+@_any_in_batch.def_vmap
+def _any_in_batch_vmap(axis_size, in_batched, x):
+    # one answer for the whole vmapped batch (unbatched): the `lax.cond` it drives stays a
+    # branch under vmap instead of a select that runs both sides
+    return jnp.any(x), False
 
 
 def _bracket_weights(rows, out):
