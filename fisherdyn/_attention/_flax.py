@@ -119,8 +119,22 @@ def flax_attention_fn(
     `dropout_rate`, `deterministic` (dropout on the weights, as Flax draws it), `dtype`,
     `precision`, `module` (sows `attention_weights`), `force_fp32_for_softmax` (the
     normalization in float32, as Flax), `einsum_dot_general`, `qk_attn_weights_einsum`,
-    `attn_weights_value_einsum` (linen) and `is_causal` (nnx). It returns
-    `[batch..., q_length, num_heads, v_depth]`.
+    `attn_weights_value_einsum` (linen), and `is_causal` and `promote_dtype` (nnx: a function
+    taking the tuple `(query, key, value)` and `dtype=`, returning the promoted tuple; `None`
+    promotes as Flax's default). It returns `[batch..., q_length, num_heads, v_depth]`.
+
+    Equal to Flax: with `Shannon()` and `T=None` the output is bitwise that of
+    `flax.linen.dot_product_attention` in float32 and float64 (the same scaling, contraction
+    and `jax.nn.softmax`). In bfloat16 and float16 it is within 2 ulp of the half-precision
+    result: the normalizer computes in float32 and rounds the weights once to the inputs'
+    dtype, where Flax's softmax rounds each intermediate (the maximum-shifted logits, their
+    exponentials, the row sum) in half precision; `force_fp32_for_softmax=True` makes Flax
+    normalize in float32 too, and then the outputs are bitwise equal again.
+
+    Complex inputs: with `Shannon()` the weights are Flax's complex softmax
+    $e^{\\ell_i}/\\sum_j e^{\\ell_j}$ of the complex logits (bitwise equal to
+    `flax.linen.dot_product_attention`); every other family refuses complex inputs with a
+    `TypeError`, its stationary law being a threshold on real scores.
 
     Masks: boolean (True = attend), or 0/1 floats as `flax.linen.make_attention_mask` writes
     them (checked at run time: any other value is an error; an additive 0 / -inf mask goes
@@ -158,11 +172,15 @@ def flax_attention_fn(
         qk_attn_weights_einsum=None,
         attn_weights_value_einsum=None,
         is_causal: bool = False,
+        promote_dtype=None,
     ):
         qk_einsum, av_einsum = _einsums(
             precision, einsum_dot_general, qk_attn_weights_einsum, attn_weights_value_einsum
         )
-        query, key, value = _promote(query, key, value, dtype=dtype)
+        if promote_dtype is None:
+            query, key, value = _promote(query, key, value, dtype=dtype)
+        else:  # nnx's convention: one tuple in, the promoted tuple out
+            query, key, value = promote_dtype((query, key, value), dtype=dtype)
         dtype = query.dtype
         _check_shapes(query, key, value)
         key_ndim = key.ndim
@@ -182,6 +200,11 @@ def flax_attention_fn(
             keep = causal if keep is None else keep & causal
         if keep is not None:
             keep = jnp.broadcast_to(keep, logits.shape)
+        if force_fp32_for_softmax and jnp.issubdtype(dtype, jnp.complexfloating):
+            raise ValueError(
+                "force_fp32_for_softmax=True would drop the imaginary part of complex logits: "
+                "leave it False for complex query/key (the softmax is then complex)"
+            )
         if force_fp32_for_softmax and dtype != jnp.float32:
             logits = logits.astype(jnp.float32)  # and the weights stay float32, as in Flax
         weights = _weights_from_logits(entropy, logits, _relative_temperature(T, depth), keep)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from .._custom_types import Array, ArrayLike, Bool, Float, Temperature
 from .._entropies import AbstractEntropy, Shannon
-from .._stationary import stationary
+from .._stationary import refuse_complex, stationary
 
 __all__ = ["attention", "attention_weights"]
 
@@ -49,7 +50,13 @@ def attention_weights(
       masked keys.
 
     **Returns:** $\\rho$ of shape `(..., n_q, n_k)`; every unmasked row sums to 1.
+
+    Complex `q`, `k` or `bias` raise a `TypeError`: the weights are a probability vector
+    over real scores (the Flax and Equinox drop-ins compute the complex softmax of Flax for
+    `Shannon()`).
     """
+    for x, name in ((q, "q"), (k, "k"), (bias, "bias")):
+        refuse_complex(x, name)
     q = jnp.asarray(q)
     k = jnp.asarray(k)
     if q.ndim < 2 or k.ndim < 2:
@@ -94,6 +101,7 @@ def attention(
 
     **Returns:** `(..., n_q, d_v)`. Rows whose keys are all masked return zeros.
     """
+    refuse_complex(v, "v")  # (its cast to the weights' real dtype would drop the imaginary part)
     v = jnp.asarray(v)
     if v.ndim < 2 or v.shape[-2] != jnp.shape(k)[-2]:
         raise ValueError(f"v needs shape (..., n_k, d_v) with n_k = {jnp.shape(k)[-2]}")
@@ -123,11 +131,34 @@ def _boolean_mask(mask):
     return mask != 0
 
 
+def _complex_softmax(entropy, logits, tau, mask):
+    """Complex logits as Flax and Equinox normalize them: `jax.nn.softmax`, the holomorphic
+    $e^{\\ell_i}/\\sum_j e^{\\ell_j}$, over a `finfo.min` fill of the masked keys (rows with
+    no kept key give zeros, as for real logits). Only Shannon has that continuation: every
+    other family's law is a threshold on real scores, so complex logits are refused."""
+    if type(entropy) is not Shannon:
+        raise TypeError(
+            f"complex query/key/bias give complex logits, which only Shannon() normalizes "
+            f"(the complex softmax of Flax and Equinox); {entropy.name} needs real inputs: "
+            "pass the real part (or the modulus) of the complex values explicitly"
+        )
+    if tau is not None:
+        logits = logits / jnp.asarray(tau).astype(logits.dtype)
+    keep = jnp.real(logits) > -jnp.inf  # -inf bias entries are masked keys
+    if mask is not None:
+        keep = keep & mask
+    fill = jnp.asarray(jnp.finfo(logits.dtype).min, logits.dtype)
+    weights = jax.nn.softmax(jnp.where(keep, logits, fill))
+    return jnp.where(jnp.any(keep, axis=-1, keepdims=True), weights, 0)
+
+
 def _weights_from_logits(entropy, logits, tau, mask):
     """$\\rho$ = `stationary(entropy, logits, tau)` over the last axis, with the logits in
     the libraries' units ($q\\cdot k/\\sqrt{d}$ + bias, so `tau = 1` is their softmax). A
     `tau` array (per head, say) is folded into the logits (the law is invariant under
     $(z, T) \\to (z/c, T/c)$), so that its broadcasting is against the logits' shape."""
+    if jnp.issubdtype(logits.dtype, jnp.complexfloating):
+        return _complex_softmax(entropy, logits, tau, mask)
     if tau is None:
         return stationary(entropy, logits, 1.0, mask=mask)
     tau = jnp.asarray(tau)

@@ -15,6 +15,7 @@ import numpy as np
 from .._custom_types import Array, Float
 from .._entropies import AbstractEntropy
 from .._misc import check, check_entropy, is_concrete
+from .._stationary import refuse_complex
 from ._system import FisherSystem
 
 __all__ = [
@@ -169,6 +170,7 @@ def _scores(scores, mask):
     A `-inf` score (in concrete scores) is a masked key, as in `jax.nn.softmax`; masked
     scores are stored as 0 so that nothing non-finite enters the forces.
     """
+    refuse_complex(scores)
     z = jnp.asarray(scores)
     z = z.astype(jnp.result_type(float)) if not jnp.issubdtype(z.dtype, jnp.floating) else z
     if jnp.finfo(z.dtype).bits < 32:
@@ -203,6 +205,8 @@ def parameters(T, mass, damping, dtype, overdamped, need_damping, mass_may_vanis
     """T, mass and damping as checked arrays of `dtype` (`overdamped`: `is_overdamped`'s
     answer; `need_damping`: relax; `mass_may_vanish`: a traced mass may be 0, the
     overdamped limit, as `relaxation_spectrum` takes it)."""
+    for value, name in ((T, "T"), (mass, "mass"), (damping, "damping")):
+        refuse_complex(value, name)
     T = jnp.asarray(T, dtype)
     T = check(jnp.all(T > 0) & jnp.all(jnp.isfinite(T)), "T must be finite and > 0", T)
     mass = jnp.asarray(mass, dtype)
@@ -231,6 +235,7 @@ def _initial_weights(rho0, entropy, n, dtype, mask) -> Float[Array, "*#batch N"]
             return jnp.full((n,), 1.0 / n, dtype)
         n_active = jnp.sum(mask, -1, keepdims=True, dtype=dtype)
         return jnp.where(mask, 1 / n_active, jnp.zeros((), dtype))
+    refuse_complex(rho0, "rho0")
     rho0 = jnp.asarray(rho0, dtype)
     if rho0.shape[-1:] != (n,):
         raise ValueError(f"rho0 must have {n} weights on its last axis, got {rho0.shape}")
@@ -258,6 +263,7 @@ def _initial_velocity(velocity0, rho0, n, dtype, overdamped, mask):
         return None if overdamped else jnp.zeros_like(rho0)
     if overdamped:
         raise ValueError("the overdamped flow (mass = 0) is first order: omit velocity0")
+    refuse_complex(velocity0, "velocity0")
     v0 = jnp.asarray(velocity0, dtype)
     if v0.shape[-1:] != (n,):
         raise ValueError(f"velocity0 must have {n} entries on its last axis, got {v0.shape}")

@@ -21,7 +21,7 @@ from .._custom_types import (
 from .._entropies import AbstractEntropy
 from .._misc import check_entropy, is_concrete
 from .._results import _ReadableEnumeration
-from .._stationary import check_concrete, row_T
+from .._stationary import check_concrete, refuse_complex, row_T
 from ._problem import arrayify_entropy, parameters
 from ._system import stiffness_matrix, tangent_basis
 
@@ -189,6 +189,7 @@ def relaxation_spectrum(
     of `rho`, T, mass and damping) are mapped over.
     """
     check_entropy(entropy)
+    refuse_complex(scores)
     z = jnp.asarray(scores)
     z = z if jnp.issubdtype(z.dtype, jnp.floating) else z.astype(jnp.result_type(float))
     if z.ndim == 0 or z.shape[-1] < 2:

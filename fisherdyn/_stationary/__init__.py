@@ -3,7 +3,12 @@ from ._branches import (
     Branches as Branches,
     stationary_branches as stationary_branches,
 )
-from ._checks import check_concrete as check_concrete, keys_last as keys_last, row_T as row_T
+from ._checks import (
+    check_concrete as check_concrete,
+    keys_last as keys_last,
+    refuse_complex as refuse_complex,
+    row_T as row_T,
+)
 from ._crosscheck import solve_stationary as solve_stationary
 from ._operator import (
     free_energy as free_energy,

@@ -45,8 +45,25 @@ def call_checked(jitted, entropy, scores, T, mask, *rest, axis: int = -1):
         raise ValueError(_scores_message(scores, mask)) from None
 
 
+def refuse_complex(x, name="scores"):
+    """A one-line `TypeError` for complex input, which a cast to float would silently
+    reduce to its real part: the stationary law is a probability vector over real scores."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None and x is not None:
+        try:  # a Python number or a nested list
+            dtype = np.asarray(x).dtype
+        except Exception:  # e.g. a list of tracers: jnp.asarray's own cast decides
+            return
+    if dtype is not None and jnp.issubdtype(dtype, jnp.complexfloating):
+        raise TypeError(
+            f"{name} is complex ({dtype}), and the stationary law takes real values: "
+            f"pass jnp.real({name}) (or its modulus) explicitly"
+        )
+
+
 def keys_last(scores, axis):
     """The scores as a float array with the key axis last (at least one key)."""
+    refuse_complex(scores)
     z = jnp.asarray(scores)
     if not jnp.issubdtype(z.dtype, jnp.floating):
         z = z.astype(jnp.result_type(float))
@@ -182,6 +199,8 @@ def check_concrete(
     T is read on the host (it is small). The scores are read on their device, one
     reduction and one boolean to the host: a pass over them, for entry points whose own
     program does not check them (`call_checked` is free for those that do)."""
+    refuse_complex(scores)
+    refuse_complex(T, "T")
     if isinstance(T, (int, float)) and T > 0 and math.isfinite(T):
         pass  # the common case, without a trip through NumPy
     elif is_concrete(T):
