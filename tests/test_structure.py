@@ -341,6 +341,16 @@ def test_behaviour_is_on_the_classes_not_on_a_flag_or_a_name():
     assert not bad, "\n".join(bad)
 
 
+def test_scripts_do_not_read_the_separable_flag():
+    """The studies, benchmarks and examples ask the class (`isinstance(e,
+    fd.AbstractSeparableEntropy)`): entropies have no `separable` attribute, so a
+    `getattr(e, "separable", False)` would silently say no for every family."""
+    scripts = [p for d in ("studies", "benchmarks", "examples") for p in (ROOT / d).rglob("*.py")]
+    bad = [b for path in scripts for b in _flag_branches(path, path.read_text())
+           if "separable" in b]
+    assert not bad, "\n".join(bad)
+
+
 # --------------------------------------------------------------------------- readable code
 
 

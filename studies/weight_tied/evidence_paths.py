@@ -39,7 +39,7 @@ import numpy as np
 
 from jaxtyping import ArrayLike, Float
 
-from fisherdyn import AbstractEntropy, fisher_rao_distance
+from fisherdyn import AbstractEntropy, AbstractSeparableEntropy, fisher_rao_distance
 
 from .verdict import Interval, bootstrap_ci
 
@@ -222,7 +222,7 @@ def mobility_regression(
 
     **Returns:** a `MobilityRegression`.
     """
-    if not getattr(entropy, "separable", False):
+    if not isinstance(entropy, AbstractSeparableEntropy):
         raise ValueError("mobility_regression needs a separable family (G, G_prime)")
     rho = np.asarray(paths, np.float64)
     if rho.ndim != 3 or rho.shape[1] < 2:
