@@ -1,23 +1,35 @@
-"""Benchmark: relaxing a batch of attention problems to steady state.
+"""Benchmark: relaxing a batch of attention problems to steady state, against scipy.
 
-`fisherdyn.relax` on B = 1024 problems with N = 64 keys (one vmapped, compiled call), against
-a Python loop of `scipy.integrate.solve_ivp` (RK45, the same rtol/atol, the same sphere-chart
-equations of docs/math.md §6 written in numpy here, the same steady-state stop as a terminal
-event). The scipy loop runs on a subset of the problems and is extrapolated linearly (a loop
-costs the same per problem by construction); the subset size is printed.
+`fisherdyn.relax` on a batch of problems (one compiled call) against a Python loop of
+`scipy.integrate.solve_ivp`, RK45 and LSODA, on the same sphere-chart equations
+(docs/math.md §6, written in numpy here with each family's h from its closed form), the same
+rtol / atol, the same uniform start at rest and the same steady-state stop (max |f| < tol, a
+terminal event). Families and sizes: Shannon at B = 1024, Tsallis(1.5) and Kaniadakis(0.3)
+at B = 256, all with N = 64 keys, m = 1, gamma = 2, T = 1, float64.
 
-Prints: compile time of the first `relax` call, run time once compiled, the scipy time, the
-speed-up ratios with and without compilation, and the fitted exponents of the cost in N and
-in B. Writes the numbers to `benchmarks/dynamics.json`.
+The two sides are timed interleaved in one process, so that the machine's load falls on
+both alike: each round runs scipy on a fresh subset of the problems (both methods), then
+`relax` on the whole batch. A round's ratio is scipy's time per problem x B over relax's
+time; the printed ratio is the median over rounds, in wall time and in CPU time
+(`time.process_time`, all threads of the process). CPU time is the primary number: it does
+not count the time other jobs take the cores away. `/proc/loadavg` is printed before and
+after, with a warning when the load was above 1.
 
-    python benchmarks/dynamics.py            # full run (a few minutes on 2 cores)
-    python benchmarks/dynamics.py --quick    # smoke run
+Checked on every run: every relax fixed point equals `fisherdyn.stationary` to 1e-10, and
+scipy's end point agrees with it to the steady-state tolerance. Printed as well: the first
+call's compilation time and, unless `--no-scaling`, the cost exponents in N and in B.
+Writes the numbers to `benchmarks/dynamics.json` (not in `--quick` mode).
+
+    python benchmarks/dynamics.py               # full run (several minutes on 2 cores)
+    python benchmarks/dynamics.py --no-scaling  # the three families only
+    python benchmarks/dynamics.py --quick       # small sizes, a smoke run
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -32,28 +44,57 @@ import fisherdyn as fd  # noqa: E402
 
 RTOL, ATOL, TOL = 1e-8, 1e-10, 1e-6
 T, MASS, DAMPING = 1.0, 1.0, 2.0  # Shannon: critical damping is 2 sqrt(m T) = 2
+A = DAMPING / (2 * MASS) + np.sqrt(T / MASS)  # the return rate to the sphere
+FIXED_POINT_TOL = 1e-10
+# the targets the performance page states (CPU-time ratios, compiled, on a quiet machine)
+TARGET_RK45, TARGET_LSODA = 40.0, 20.0
+
+
+def _shannon_h(rho):
+    return -(1.0 + np.log(rho))
+
+
+def _tsallis_h(q):
+    return lambda rho: -q / (q - 1.0) * rho ** (q - 1.0)
+
+
+def _kaniadakis_h(k):
+    return lambda rho: -((1 + k) * rho**k - (1 - k) * rho ** (-k)) / (2 * k)
+
+
+# name, fisherdyn entropy, numpy h(rho) on rho > 0, batch (full, quick), keys (full, quick)
+FAMILIES = [
+    ("Shannon", fd.Shannon(), _shannon_h, (1024, 64), (64, 16)),
+    ("Tsallis(1.5)", fd.Tsallis(1.5), _tsallis_h(1.5), (256, 64), (32, 16)),
+    ("Kaniadakis(0.3)", fd.Kaniadakis(0.3), _kaniadakis_h(0.3), (256, 64), (32, 16)),
+]
 
 
 def problems(batch, n, seed=0):
     return np.random.default_rng(seed).normal(size=(batch, n))
 
 
-def relax_batch(Z):
-    sol = fd.relax(fd.Shannon(), Z, T, mass=MASS, damping=DAMPING, rtol=RTOL, atol=ATOL, tol=TOL)
+def relax_batch(entropy, Z):
+    sol = fd.relax(entropy, Z, T, mass=MASS, damping=DAMPING, rtol=RTOL, atol=ATOL, tol=TOL)
     return jax.block_until_ready(sol)
 
 
-def scipy_relax(z):
-    """The sphere chart of docs/math.md §6 (Shannon: h = -(1 + ln rho)), uniform start at rest,
-    until max|f| < TOL, by solve_ivp RK45 at the same rtol/atol."""
+def scipy_relax(h, z, method):
+    """The sphere chart of docs/math.md §6 (the library's `SphereCoordinates`) for the family with entropy gradient `h`, uniform
+    start at rest, until max|f| < TOL, by `solve_ivp(method=...)` at the same rtol/atol."""
     n = z.size
     E = -z
 
     def f(t, y):
         x, v = y[:n], y[n:]
         rho = x * x
-        g = E + T * (1.0 + np.log(rho))
-        lam = np.sum(rho * g) - 2 * MASS * np.sum(v * v)
+        pos = rho > 0
+        g = np.where(pos, E - T * h(np.where(pos, rho, 1.0)), E)
+        # the multiplier on the sphere plus a critically damped return to it (rate a), as
+        # in the library: without it the cutoff families drift off the sphere
+        c, xv = np.sum(rho), np.sum(x * v)
+        lam = (np.sum(rho * g) - 2 * MASS * np.sum(v * v) + (2 * DAMPING - 4 * MASS * A) * xv
+               - MASS * A**2 * (c - 1)) / c
         acc = (2 * x * (lam - g) - 4 * DAMPING * v) / (4 * MASS)
         return np.concatenate([v, acc])
 
@@ -64,163 +105,181 @@ def scipy_relax(z):
     steady.direction = -1
     y0 = np.concatenate([np.full(n, 1 / np.sqrt(n)), np.zeros(n)])
     sol = scipy.integrate.solve_ivp(
-        f, (0.0, 1e4), y0, method="RK45", rtol=RTOL, atol=ATOL, events=steady
+        f, (0.0, 1e5), y0, method=method, rtol=RTOL, atol=ATOL, events=steady
     )
-    assert sol.status == 1, "scipy did not reach the steady state"
+    if sol.status != 1:
+        raise RuntimeError(f"scipy {method} did not reach the steady state: {sol.message}")
     x = sol.y[:n, -1]
     return x * x / np.sum(x * x)
 
 
-def timed(fn, *args, repeat=3):
-    """Best wall time of `repeat` calls."""
-    return timed_both(fn, *args, repeat=repeat)[0]
+def loadavg():
+    """The 1-, 5- and 15-minute load averages (None where /proc/loadavg is missing)."""
+    try:
+        return tuple(float(v) for v in Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return None
+
+
+def clocks():
+    return time.perf_counter(), time.process_time()
+
+
+def since(start):
+    w, c = clocks()
+    return w - start[0], c - start[1]
+
+
+def bench_family(name, entropy, h, B, N, rounds, n_scipy):
+    """Interleaved rounds of scipy (both methods, a fresh subset each round) and relax."""
+    Z = problems(B, N)
+    start = clocks()
+    sol = relax_batch(entropy, Z)
+    first = since(start)
+
+    exact = np.asarray(fd.stationary(entropy, Z, T))
+    fp_err = float(np.max(np.abs(np.asarray(sol.rho) - exact)))
+    ok = bool(np.all(np.asarray(sol.result_name) == "successful"))
+    steps = np.asarray(sol.stats["num_steps"])
+    t_end = np.asarray(sol.t)
+
+    methods = ("RK45", "LSODA")
+    relax_times, scipy_times = [], {m: [] for m in methods}
+    scipy_err = {m: 0.0 for m in methods}
+    for r in range(rounds):
+        idx = [(r * n_scipy + i) % B for i in range(n_scipy)]
+        for m in methods:
+            start = clocks()
+            ends = [scipy_relax(h, Z[i], m) for i in idx]
+            wall, cpu = since(start)
+            scipy_times[m].append((wall / n_scipy, cpu / n_scipy))
+            scipy_err[m] = max(scipy_err[m], float(np.max(np.abs(np.asarray(ends) - exact[idx]))))
+        start = clocks()
+        relax_batch(entropy, Z)
+        relax_times.append(since(start))
+
+    run_wall = float(np.median([w for w, _ in relax_times]))
+    run_cpu = float(np.median([c for _, c in relax_times]))
+    ratios = {}
+    for m in methods:
+        wall = [s[0] * B / rt[0] for s, rt in zip(scipy_times[m], relax_times)]
+        cpu = [s[1] * B / rt[1] for s, rt in zip(scipy_times[m], relax_times)]
+        ratios[m] = dict(
+            wall=float(np.median(wall)),
+            cpu=float(np.median(cpu)),
+            per_problem_ms=1e3 * float(np.median([s[0] for s in scipy_times[m]])),
+            per_problem_cpu_ms=1e3 * float(np.median([s[1] for s in scipy_times[m]])),
+        )
+    compile_wall = first[0] - run_wall
+    compile_cpu = first[1] - run_cpu
+
+    print(f"\n{name}: B={B} problems, N={N} keys, {rounds} interleaved rounds, "
+          f"scipy on {n_scipy} problems per round")
+    print(f"  relax steps per problem: median {np.median(steps):.0f}, max {steps.max()}; "
+          f"steady state at t: median {np.median(t_end):.0f}, max {t_end.max():.0f}")
+    print(f"  max |rho_relax - stationary| = {fp_err:.1e}  (must be <= {FIXED_POINT_TOL:.0e}; "
+          f"{'ok' if fp_err <= FIXED_POINT_TOL and ok else 'FAILED'});  max |rho_scipy - "
+          f"stationary|: RK45 {scipy_err['RK45']:.1e}, LSODA {scipy_err['LSODA']:.1e}")
+    print(f"  first call: {first[0]:.2f} s (compilation ~{compile_wall:.2f} s wall, "
+          f"{compile_cpu:.2f} s CPU)")
+    print(f"  relax, compiled: {run_wall:.3f} s wall, {run_cpu:.3f} s CPU "
+          f"({1e3 * run_wall / B:.2f} ms/problem)")
+    for m, target in (("RK45", TARGET_RK45), ("LSODA", TARGET_LSODA)):
+        r = ratios[m]
+        print(f"  vs scipy {m:5s} ({r['per_problem_ms']:6.1f} ms/problem): "
+              f"{r['cpu']:6.1f}x CPU time, {r['wall']:6.1f}x wall   (target >= {target:.0f}x CPU)")
+    if fp_err > FIXED_POINT_TOL or not ok:
+        raise SystemExit(f"{name}: relax did not reach the stationary fixed point")
+    return dict(
+        batch=B, keys=N, rounds=rounds, scipy_problems_per_round=n_scipy,
+        first_call_s=first[0], compile_s=compile_wall, compile_cpu_s=compile_cpu,
+        run_s=run_wall, run_cpu_s=run_cpu, median_steps=float(np.median(steps)),
+        median_t=float(np.median(t_end)), max_err_vs_stationary=fp_err,
+        max_err_scipy_vs_stationary=scipy_err, vs_scipy=ratios,
+    )
 
 
 def timed_both(fn, *args, repeat=3):
-    """Best wall time and best CPU time of `repeat` calls (CPU time is far less sensitive to
-    other jobs on a shared machine: the scaling fits are printed for both)."""
+    """Best wall time and best CPU time of `repeat` calls."""
     best, best_cpu = np.inf, np.inf
     for _ in range(repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
+        start = clocks()
         fn(*args)
-        best = min(best, time.perf_counter() - t0)
-        best_cpu = min(best_cpu, time.process_time() - c0)
+        wall, cpu = since(start)
+        best, best_cpu = min(best, wall), min(best_cpu, cpu)
     return best, best_cpu
+
+
+def scaling(quick):
+    """Cost exponents of a Shannon relax in N (at fixed B) and in B (at N = 64)."""
+    Ns = [8, 16] if quick else [16, 64, 256, 1024]
+    Bs = [16, 32] if quick else [128, 256, 512, 1024]
+    B_scan, N = (16, 16) if quick else (256, 64)
+    out = {}
+    for axis, sizes in (("N", Ns), ("B", Bs)):
+        walls, cpus = [], []
+        for s in sizes:
+            Z = problems(B_scan, s, seed=1) if axis == "N" else problems(s, N, seed=2)
+            relax_batch(fd.Shannon(), Z)
+            wall, cpu = timed_both(relax_batch, fd.Shannon(), Z)
+            walls.append(wall)
+            cpus.append(cpu)
+        slope = np.polyfit(np.log(sizes), np.log(walls), 1)[0]
+        slope_cpu = np.polyfit(np.log(sizes), np.log(cpus), 1)[0]
+        at = f"B={B_scan}" if axis == "N" else f"N={N}"
+        print(f"  Shannon cost vs {axis} ({at}): "
+              + ", ".join(f"{axis}={s}: {w:.3f}s" for s, w in zip(sizes, walls))
+              + f" -> exponent {slope:.2f} (CPU time: exponent {slope_cpu:.2f})")
+        out[axis] = dict(sizes=sizes, wall=walls, cpu=cpus, exponent=slope,
+                         exponent_cpu=slope_cpu)
+    return out
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    parser.add_argument(
-        "--scipy-problems",
-        type=int,
-        default=48,
-        help="problems in the scipy loop (extrapolated to the batch)",
-    )
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds per family (default 3; --quick 2)")
+    parser.add_argument("--scipy-problems", type=int, default=None,
+                        help="scipy problems per round and method (default 12; --quick 4)")
+    parser.add_argument("--only", nargs="*", default=None,
+                        help="family names to run (default all), e.g. Shannon Tsallis(1.5)")
     parser.add_argument("--out", type=Path, default=Path(__file__).with_suffix(".json"))
     parser.add_argument("--no-scaling", action="store_true",
                         help="skip the cost-vs-N and cost-vs-B fits (each size compiles anew)")
     args = parser.parse_args()
+    rounds = args.rounds or (2 if args.quick else 3)
+    n_scipy = args.scipy_problems or (4 if args.quick else 12)
+
     dev = jax.devices()[0]
-    print(f"device: {dev.platform} ({dev.device_kind}), {jax.device_count()} device(s); "
-          f"jax {jax.__version__}")
-    B, N = (64, 16) if args.quick else (1024, 64)
-    n_scipy = min(args.scipy_problems, B) if not args.quick else 8
-    Z = problems(B, N)
+    print(f"device: {dev.platform} ({dev.device_kind}), {jax.device_count()} device(s), "
+          f"{os.cpu_count()} CPU(s); jax {jax.__version__}")
+    print(f"m={MASS} gamma={DAMPING} T={T}, rtol={RTOL}, atol={ATOL}, steady state at "
+          f"max|f| < {TOL}, float64; targets (CPU time, compiled): >= {TARGET_RK45:.0f}x "
+          f"scipy RK45, >= {TARGET_LSODA:.0f}x LSODA")
+    load_before = loadavg()
+    print(f"load average before: {load_before}")
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    sol = relax_batch(Z)
-    first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
-    c0 = time.process_time()
-    run = timed(relax_batch, Z)
-    run_cpu = (time.process_time() - c0) / 3
-    compile_s = first - run
-    compile_cpu = first_cpu - run_cpu
-    steps = np.asarray(sol.stats["num_steps"])
-    err = np.max(np.abs(np.asarray(sol.rho) - np.asarray(jax.nn.softmax(Z / T, -1))))
+    results = dict(device=f"{dev.platform} ({dev.device_kind})", jax=jax.__version__,
+                   rtol=RTOL, atol=ATOL, tol=TOL, load_before=load_before, families={})
+    for name, entropy, h, full, small in FAMILIES:
+        if args.only and name not in args.only:
+            continue
+        B, N = small if args.quick else full
+        results["families"][name] = bench_family(name, entropy, h, B, N, rounds, n_scipy)
+    if not args.no_scaling:
+        print()
+        results["scaling"] = scaling(args.quick)
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    ref = [scipy_relax(z) for z in Z[:n_scipy]]
-    scipy_per = (time.perf_counter() - t0) / n_scipy
-    scipy_per_cpu = (time.process_time() - c0) / n_scipy
-    scipy_total = scipy_per * B
-    ref_err = np.max(np.abs(np.asarray(ref) - np.asarray(sol.rho)[:n_scipy]))
-
-    print(
-        f"relax: B={B} problems, N={N} keys, Shannon T={T} m={MASS} gamma={DAMPING}, "
-        f"rtol={RTOL}, atol={ATOL}, steady state at max|f| < {TOL}"
-    )
-    print(f"  integration steps per problem: median {np.median(steps):.0f}, max {steps.max()}")
-    print(f"  max |rho - softmax(z/T)| = {err:.1e};  max |rho_jax - rho_scipy| = {ref_err:.1e}")
-    print(
-        f"  first call (compile + run): {first:8.2f} s   (compile ~{compile_s:.2f} s wall, "
-        f"{compile_cpu:.2f} s CPU; target <= 15 s)"
-    )
-    print(f"  compiled run:               {run:8.3f} s")
-    print(
-        f"  scipy solve_ivp loop:       {scipy_total:8.2f} s   ({scipy_per * 1e3:.1f} ms/problem, "
-        f"measured on {n_scipy}, extrapolated to {B})"
-    )
-    print(
-        f"  speed-up once compiled:     {scipy_total / run:8.1f} x   (target >= 100; "
-        f"CPU-time ratio {scipy_per_cpu * B / run_cpu:.1f} x)"
-    )
-    print(
-        f"  speed-up incl. compilation: {scipy_total / first:8.1f} x   (target >= 10; "
-        f"CPU-time ratio {scipy_per_cpu * B / first_cpu:.1f} x)"
-    )
-
-    results = dict(
-        device=f"{dev.platform} ({dev.device_kind})",
-        batch=B,
-        keys=N,
-        rtol=RTOL,
-        atol=ATOL,
-        tol=TOL,
-        first_call_s=first,
-        compile_s=compile_s,
-        compile_cpu_s=compile_cpu,
-        run_cpu_s=run_cpu,
-        scipy_per_problem_cpu_s=scipy_per_cpu,
-        run_s=run,
-        scipy_total_s=scipy_total,
-        scipy_per_problem_s=scipy_per,
-        scipy_problems_measured=n_scipy,
-        speedup_compiled=scipy_total / run,
-        speedup_with_compile=scipy_total / first,
-        max_err_vs_softmax=float(err),
-        max_err_vs_scipy=float(ref_err),
-        median_steps=float(np.median(steps)),
-    )
-    if args.no_scaling:
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
-        print(f"wrote {args.out}")
-        return
-
-    # scaling in N (at B) and in B (at N)
-    # N up to 1024: a polish that built the N x N Newton matrix showed only beyond N ~ 256
-    Ns = [8, 16] if args.quick else [16, 64, 256, 1024]
-    Bs = [16, 32] if args.quick else [128, 256, 512, 1024]
-    B_scan = 16 if args.quick else 256
-    cost_N, cpu_N = [], []
-    for n in Ns:
-        Zn = problems(B_scan, n, seed=1)
-        relax_batch(Zn)
-        wall, cpu = timed_both(relax_batch, Zn)
-        cost_N.append(wall)
-        cpu_N.append(cpu)
-    cost_B, cpu_B = [], []
-    for b in Bs:
-        Zb = problems(b, N, seed=2)
-        relax_batch(Zb)
-        wall, cpu = timed_both(relax_batch, Zb)
-        cost_B.append(wall)
-        cpu_B.append(cpu)
-    slope_N = np.polyfit(np.log(Ns), np.log(cost_N), 1)[0]
-    slope_B = np.polyfit(np.log(Bs), np.log(cost_B), 1)[0]
-    slope_N_cpu = np.polyfit(np.log(Ns), np.log(cpu_N), 1)[0]
-    slope_B_cpu = np.polyfit(np.log(Bs), np.log(cpu_B), 1)[0]
-    print(
-        "  cost vs N (B=%d): %s -> exponent %.2f (CPU time: exponent %.2f)"
-        % (B_scan, ", ".join(f"N={n}: {c:.3f}s" for n, c in zip(Ns, cost_N)), slope_N, slope_N_cpu)
-    )
-    print(
-        "  cost vs B (N=%d): %s -> exponent %.2f (CPU time: exponent %.2f)"
-        % (N, ", ".join(f"B={b}: {c:.3f}s" for b, c in zip(Bs, cost_B)), slope_B, slope_B_cpu)
-    )
-
-    results.update(
-        cost_vs_N=dict(zip(map(str, Ns), cost_N)),
-        cost_vs_B=dict(zip(map(str, Bs), cost_B)),
-        exponent_N=slope_N,
-        exponent_B=slope_B,
-        cpu_cost_vs_N=dict(zip(map(str, Ns), cpu_N)),
-        cpu_cost_vs_B=dict(zip(map(str, Bs), cpu_B)),
-        exponent_N_cpu=slope_N_cpu,
-        exponent_B_cpu=slope_B_cpu,
-    )
+    load_after = loadavg()
+    results["load_after"] = load_after
+    print(f"\nload average after: {load_after}")
+    loads = [v[0] for v in (load_before, load_after) if v is not None]
+    if loads and max(loads) > 1:
+        print("WARNING: the load average was above 1: other jobs shared the cores; compare "
+              "the CPU-time ratios, and rerun on a quiet machine for the wall-time ones")
     if not args.quick:
-        args.out.write_text(json.dumps(results, indent=2))
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
         print(f"wrote {args.out}")
 
 
