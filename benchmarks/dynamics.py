@@ -80,8 +80,9 @@ def relax_batch(entropy, Z):
 
 
 def scipy_relax(h, z, method):
-    """The sphere chart of docs/math.md §6 (the library's `SphereCoordinates`) for the family with entropy gradient `h`, uniform
-    start at rest, until max|f| < TOL, by `solve_ivp(method=...)` at the same rtol/atol."""
+    """The sphere chart of docs/math.md §6 (the library's `SphereCoordinates`) for the family
+    with entropy gradient `h`, uniform start at rest, until max|f| < TOL, by
+    `solve_ivp(method=...)` at the same rtol/atol."""
     n = z.size
     E = -z
 

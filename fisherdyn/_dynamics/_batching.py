@@ -125,8 +125,23 @@ def _vmap_explicitly_sharded(fn, args, mesh, axis):
     )
 
 
+def _map_blocks(fn_block, args, size, block):
+    """`fn_block` on consecutive blocks of `block` problems (the last one shorter)."""
+    full = size // block * block
+    outs = []
+    if full:
+        head = jtu.tree_map(lambda x: x[:full].reshape((-1, block) + x.shape[1:]), args)
+        out = jax.lax.map(fn_block, head)
+        outs.append(jtu.tree_map(lambda x: x.reshape((full,) + x.shape[2:]), out))
+    if full < size:
+        outs.append(fn_block(jtu.tree_map(lambda x: x[full:], args)))
+    if len(outs) == 1:
+        return outs[0]
+    return jtu.tree_map(lambda *xs: jnp.concatenate(xs), *outs)
+
+
 @eqx.filter_jit
-def _jit_batch(single, system, rho0, v0, extra, static, sharded=False):
+def _jit_batch(single, system, rho0, v0, extra, static, sharded=False, block_fn=None):
     fn = lambda args: single(*args, static)  # noqa: E731
     size = rho0.shape[0]
     args = (system, rho0, v0, extra)
@@ -140,13 +155,20 @@ def _jit_batch(single, system, rho0, v0, extra, static, sharded=False):
         # of warnings on stderr per compilation); on the extras only, so results stay the same
         args = (*args[:3], jax.lax.optimization_barrier(extra))
     block = _block_size()
+    if block_fn is not None and not sharded:
+        return _map_blocks(lambda a: block_fn(*a, static), args, size, block)
     if size <= block or sharded:
         return jax.vmap(fn)(args)
     return jax.lax.map(fn, args, batch_size=block)
 
 
 def run(
-    single: Callable, problem: Problem, extra: tuple, extra_dims: tuple[int, ...], static
+    single: Callable,
+    problem: Problem,
+    extra: tuple,
+    extra_dims: tuple[int, ...],
+    static,
+    block: Callable | None = None,
 ) -> PyTree:
     """Solve one problem with `single(system, rho0, velocity0, extra, static)`, or vmap it
     over the flattened batch and restore the batch shape.
@@ -159,6 +181,9 @@ def run(
     - `extra_dims`: the number of trailing (non-batch) axes of each of `extra` (0: a
       per-problem scalar, 1: a grid of times).
     - `static`: hashable static arguments of `single`.
+    - `block`: optionally, the solve of a block of problems at once (same signature, every
+      argument with a leading batch axis), used instead of vmapping `single` over a block
+      (not for a batch sharded over devices).
 
     **Returns:** the output of `single`, with the batch shape on its leading axes.
     """
@@ -167,5 +192,5 @@ def run(
         return _jit_single(single, problem.system, problem.rho0, problem.velocity0, extra, static)
     sharded = _batch_is_sharded((problem, extra))
     system, rho0, v0, extra = _broadcast_problem(problem, extra, extra_dims, shape)
-    out = _jit_batch(single, system, rho0, v0, extra, static, sharded)
+    out = _jit_batch(single, system, rho0, v0, extra, static, sharded, block)
     return _unflatten(out, shape)

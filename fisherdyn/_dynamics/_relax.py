@@ -9,6 +9,7 @@ function theorem through `optimistix.root_find`); the integrated path is not dif
 from __future__ import annotations
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
@@ -20,9 +21,12 @@ from .._entropies import AbstractEntropy
 from .._results import RESULTS
 from ._batching import run
 from ._coordinates import SphereCoordinates
-from ._integrate import Outcome, Static, Trajectory, field, final_state, integrate, trajectory
+from ._integrate import (
+    Outcome, Static, Trajectory, _meter, field, final_state, integrate, trajectory,
+)
 from ._problem import (
     Problem,
+    controller,
     default_tols,
     is_overdamped,
     positive_time,
@@ -41,12 +45,14 @@ class RelaxSolution(Outcome):
     **Fields:**
     - `rho`: the polished fixed point $\\rho^*$ (exact zeros off the support);
       `lam`: its multiplier $\\lambda^*$ (so $E_i - T h_i(\\rho^*) = \\lambda^*$ on the support).
-    - `t`: the time at which the steady-state event fired.
+    - `t`: the time at which the steady state was reached (for a batch, which is integrated
+      in blocks of problems as one system, to within a step of the block).
     - `residual`: $\\max_{i \\in A}|g_i - \\lambda^*|$ together with the off-support
       violation $\\max_{i\\notin A}(\\lambda^* - g_i(0))_+$ and $|\\sum\\rho^* - 1|$.
     - `rho_end`: the integrated end point before polishing.
     - `result`: `fisherdyn.RESULTS`, printed as a word by `result_name`; `stats`: integration
-      steps, Newton steps, the size of the polish step.
+      steps (for a batch without `saveat`: those of the block integrated together), Newton
+      steps, the size of the polish step.
     - `path`: the integrated `Trajectory` on the `saveat` times (None unless asked for); times
       after the steady-state event are `inf`.
 
@@ -216,6 +222,29 @@ def _integrate_to_steady_state(system, y0, t1, rtol, atol, tol, path_ts, static:
     return integrate(static, y0, t1, (system, tol), saveat, rtol, atol, diffrax.Event(steady))
 
 
+def _finish(system, rho0, y_end, t_end, integration, num_steps, polish_tol, static, path=None):
+    """Polish one problem's integrated end point into its `RelaxSolution`."""
+    coords = static.coords
+    system_const = jax.lax.stop_gradient(system)
+    rho_end, lam_end = coords.weights_and_multiplier(y_end, system_const, static.overdamped)
+    # Keep a failed run's numbers finite so the polish below stays well defined.
+    finite = jnp.all(jnp.isfinite(rho_end)) & jnp.isfinite(lam_end)
+    rho_end = jnp.where(finite, rho_end, jax.lax.stop_gradient(rho0))
+    lam_end = jnp.where(finite, lam_end, 0.0)
+    rho, lam, residual, ok_newton, ok_support, n_newton = _polish(
+        system, rho_end, lam_end, polish_tol
+    )
+    result = _relax_result(integration, ok_newton, ok_support)
+    stats = {
+        "num_steps": num_steps,
+        "num_newton_steps": n_newton,
+        "polish_shift": jnp.max(jnp.abs(rho - rho_end)),
+    }
+    if path is not None:
+        path = path(result)
+    return RelaxSolution(rho, lam, t_end, residual, rho_end, result, stats, path)
+
+
 def _relax_single(system, rho0, v0, extra, static: Static):
     t1, rtol, atol, tol, polish_tol, path_ts = extra
     coords = static.coords
@@ -227,24 +256,111 @@ def _relax_single(system, rho0, v0, extra, static: Static):
     y0 = coords.from_simplex(rho0, None if static.overdamped else v0)
     sol = _integrate_to_steady_state(system_const, y0, t1, rtol, atol, tol, path_ts, static)
     k, y_end = final_state(sol)
-    rho_end, lam_end = coords.weights_and_multiplier(y_end, system_const, static.overdamped)
-    # Keep a failed run's numbers finite so the polish below stays well defined.
-    finite = jnp.all(jnp.isfinite(rho_end)) & jnp.isfinite(lam_end)
-    rho_end = jnp.where(finite, rho_end, rho0)
-    lam_end = jnp.where(finite, lam_end, 0.0)
-    rho, lam, residual, ok_newton, ok_support, n_newton = _polish(
-        system, rho_end, lam_end, polish_tol
-    )
-    result = _relax_result(sol.result, ok_newton, ok_support)
-    stats = {
-        "num_steps": sol.stats["num_steps"],
-        "num_newton_steps": n_newton,
-        "polish_shift": jnp.max(jnp.abs(rho - rho_end)),
-    }
     path = None
     if path_ts is not None:
-        path = trajectory(sol, y0, system_const, coords, static.overdamped, result)
-    return RelaxSolution(rho, lam, sol.ts[k], residual, rho_end, result, stats, path)
+        path = lambda result: trajectory(  # noqa: E731
+            sol, y0, system_const, coords, static.overdamped, result
+        )
+    return _finish(
+        system, rho0, y_end, sol.ts[k], sol.result, sol.stats["num_steps"], polish_tol, static,
+        path,
+    )
+
+
+def _block_norm(mask):
+    """The worst problem's RMS norm (over its unmasked keys) of a block's scaled error; the
+    clock leaf (the second) carries no error that matters."""
+
+    def norm(tree):
+        leaves = jtu.tree_leaves(tree[0])
+        if mask is None:
+            mean = sum(jnp.mean(leaf * leaf, -1) for leaf in leaves) / len(leaves)
+        else:
+            total = sum(jnp.sum(jnp.where(mask, leaf * leaf, 0.0), -1) for leaf in leaves)
+            mean = total / (len(leaves) * jnp.sum(mask, -1, dtype=total.dtype))
+        worst = jnp.max(mean)
+        positive = worst > 0
+        return jnp.where(positive, jnp.sqrt(jnp.where(positive, worst, 1.0)), 0.0)
+
+    return norm
+
+
+def _relax_block(system, rho0, v0, extra, static: Static):
+    """A block of problems (leading axis) integrated as one system, then polished each.
+
+    One step-size controller whose error norm is the worst problem's, and one steady-state
+    event that fires once every problem is stationary (or past its own `t1`): the per-step
+    work is plain batched arithmetic instead of a vmapped while loop in which every problem
+    carries its own controller. Each problem's clock `tau` advances only while it is not
+    stationary, so its `t` is when it first reached the steady state (to within a step).
+    """
+    t1, rtol, atol, tol, polish_tol, _ = extra
+    coords = static.coords
+    f = field(coords, static.overdamped)
+    system_const = jax.lax.stop_gradient(system)
+    rho0_c, v0, t1, rtol, atol, tol = jax.lax.stop_gradient((rho0, v0, t1, rtol, atol, tol))
+    fields = jax.vmap(lambda y, s: f(None, y, s))
+
+    def speeds(y, s):
+        return _block_speed(fields(y, s))
+
+    def term(t, state, args):
+        y, _ = state
+        dy = fields(y, args)
+        moving = _block_speed(dy) >= tol
+        return dy, moving.astype(t1.dtype)[:, None]
+
+    def done(t, state, args, **kwargs):
+        y, _ = state
+        return jnp.all((speeds(y, args) < tol) | (t >= t1))
+
+    y0 = jax.vmap(lambda r, v: coords.from_simplex(r, None if static.overdamped else v))(
+        rho0_c, v0
+    )
+    ctrl = controller(static.solver, rtol[:, None], atol[:, None], None)
+    ctrl = eqx.tree_at(lambda c: c.norm, ctrl, _block_norm(system.mask))
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(term),
+        static.solver,
+        t0=jnp.zeros((), t1.dtype),
+        t1=jnp.max(t1),
+        dt0=None,
+        y0=(y0, jnp.zeros_like(t1)[:, None]),
+        args=system_const,
+        saveat=diffrax.SaveAt(t1=True),
+        stepsize_controller=ctrl,
+        event=diffrax.Event(done),
+        max_steps=static.max_steps,
+        throw=False,
+        adjoint=static.adjoint,
+        progress_meter=_meter(static.progress),
+    )
+    y_end, tau = jtu.tree_map(lambda leaf: leaf[-1], sol.ys)
+    tau = tau[:, 0]
+    steady = (speeds(y_end, system_const) < tol) & (tau <= t1)
+    stopped = (sol.result == diffrax.RESULTS.event_occurred) | (
+        sol.result == diffrax.RESULTS.successful
+    )
+    # a problem that did not become stationary stopped where the block did or at its own t1
+    t_end = jnp.where(steady, tau, jnp.minimum(sol.ts[-1], t1))
+    steps = jnp.broadcast_to(sol.stats["num_steps"], t1.shape)
+
+    def finish(s, r, y, t, n, p, steady):
+        # the event's code where the problem is stationary, a run to t1 where it is not, and
+        # the solve's failure (max_steps, ...) for every problem of a block that failed
+        integration = diffrax.RESULTS.where(
+            steady & stopped,
+            diffrax.RESULTS.event_occurred,
+            diffrax.RESULTS.where(stopped, diffrax.RESULTS.successful, sol.result),
+        )
+        return _finish(s, r, y, t, integration, n, p, static)
+
+    return jax.vmap(finish)(system, rho0, y_end, t_end, steps, polish_tol, steady)
+
+
+def _block_speed(dy):
+    """Each problem's max-norm of the vector field (the steady-state test)."""
+    return jnp.max(jnp.stack([jnp.max(jnp.abs(leaf), -1) for leaf in jtu.tree_leaves(dy)]), 0)
 
 
 def _default_t1(problem: Problem, overdamped):
@@ -333,7 +449,9 @@ def relax(
         saveat = jnp.asarray(saveat, dtype)
         if saveat.ndim == 0:
             raise ValueError("saveat must be a 1-D array of times, or one per problem (or None)")
-    out = run(_relax_single, problem, (*extra, saveat), (0, 0, 0, 0, 0, 1), static)
+    # without saved paths a block of problems is integrated as one system
+    block = _relax_block if saveat is None else None
+    out = run(_relax_single, problem, (*extra, saveat), (0, 0, 0, 0, 0, 1), static, block)
     if throw:
         out = raise_if(out, out.result != RESULTS.successful)
     return out
