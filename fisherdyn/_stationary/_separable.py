@@ -56,6 +56,11 @@ class _RootState(NamedTuple):
     aux: jax.Array  # the component law's state
     inner: jax.Array  # the component law's error, max over the row
     done: jax.Array
+    # the last evaluation: its nu (nu itself unless a predicted step moved on), the sum of
+    # the weights there and of their slopes dS/dy
+    nu_eval: jax.Array
+    S: jax.Array
+    slope_sum: jax.Array
 
 
 class _Rows(NamedTuple):
@@ -84,11 +89,17 @@ class _Rows(NamedTuple):
         return jnp.where(self.keep, rho, 0.0), jnp.where(self.keep, slope, 0.0), aux, inner
 
     def evaluate(self, nu, aux, cold=False):
+        h, dh, aux, inner, _, _ = self.evaluate_sums(nu, aux, cold)
+        return h, dh, aux, inner
+
+    def evaluate_sums(self, nu, aux, cold=False):
+        """`evaluate`, and the sums of the weights and of their slopes."""
         rho, slope, aux, inner = self.components(nu, aux, cold)
         S = jnp.sum(rho, -1, keepdims=True)
-        dS = -self.multiplier(jnp.sum(slope, -1, keepdims=True)) / self.T
+        slope_sum = jnp.sum(slope, -1, keepdims=True)
+        dS = -self.multiplier(slope_sum) / self.T
         h, dh = _boxcox(S, dS, self.lam)
-        return h, dh, aux, inner
+        return h, dh, aux, inner, S, slope_sum
 
 
 def _tolerances(dtype):
@@ -174,7 +185,7 @@ def _root_step(rows, s, use_newton, max_h, tols):
     stay = ~trusted if warm else jnp.zeros_like(s.done)
     nu_new = jnp.where(s.done | stay, s.nu, nu_new)
     small = small & ~stay  # staying is not stagnation
-    h, dh, aux, inner = rows.evaluate(nu_new, s.aux)
+    h, dh, aux, inner, S, slope_sum = rows.evaluate_sums(nu_new, s.aux)
     inner_ok = inner <= inner_tol
     # stop at |h| ~ eps; or when nu no longer moves (float32, ill-conditioned Tsallis q > 2)
     # provided h is already small or the bracket has collapsed to round-off
@@ -189,10 +200,10 @@ def _root_step(rows, s, use_newton, max_h, tols):
                            (newton_next <= nu_new) & (newton_next >= lo))
     predicted = (ok_newton & inner_ok & trusted & (dh < 0) & in_bracket
                  & (2 * h**2 * jnp.maximum(jnp.abs(h), s.h**2) <= tol * s.h**2) & ~done)
-    nu_new = jnp.where(predicted, newton_next, nu_new)
     done = done | predicted
     aux = jnp.where(s.done, s.aux, aux) if warm else s.aux
-    return _RootState(s.it + 1, nu_new, h, dh, lo, h_lo, hi, h_hi, side, aux, inner, done)
+    return _RootState(s.it + 1, jnp.where(predicted, newton_next, nu_new), h, dh, lo, h_lo,
+                      hi, h_hi, side, aux, inner, done, nu_new, S, slope_sum)
 
 
 def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, nan_if_unconverged=False,
@@ -258,14 +269,14 @@ def _solve_separable(entropy, z, keep, T, nu0=None, max_iter=None, nan_if_unconv
         nu = nu0 - zmax - nu1
         nu = jnp.clip(jnp.broadcast_to(nu if unit is None else nu / unit, lo.shape), lo, hi)
     aux0 = law.init((z - rows.multiplier(nu)) * rows.inv_T, keep)
-    h, dh, aux, inner = rows.evaluate(nu, aux0, cold=True)
+    h, dh, aux, inner, S, slope_sum = rows.evaluate_sums(nu, aux0, cold=True)
     if newton_always:
         h_hi = jnp.full_like(nu, jnp.nan)  # unknown until the iteration lands right of the root
     else:
         h_hi = jnp.where(use_newton, jnp.nan, jnp.minimum(rows.evaluate(hi, aux0)[0], 0.0))
     done = ((jnp.abs(h) <= tol) | (hi <= lo)) & (inner <= inner_tol)
     state = _RootState(jnp.array(0), nu, h, dh, lo, jnp.full_like(nu, jnp.nan), hi, h_hi,
-                       jnp.zeros(nu.shape, jnp.int8), aux, inner, done)
+                       jnp.zeros(nu.shape, jnp.int8), aux, inner, done, nu, S, slope_sum)
     out = jax.lax.while_loop(
         lambda s: (s.it < max_iter) & ~jnp.all(s.done),
         lambda s: _root_step(rows, s, use_newton, jnp.sqrt(eps), tols),
@@ -281,16 +292,16 @@ def _final_weights(rows, out, use_newton, keep, tol, eps, nan_if_unconverged):
     interpolated weights (per row where `use_newton` is decided at run time)."""
     newton = concrete_float(use_newton)
     newton = use_newton if newton is None else bool(newton)
+    if newton is not False:
+        rho_n, slope_n, nu_n = _newton_weights(rows, out, eps)
     if newton is True:
-        nu = out.nu
-        rho, slope, _, _ = rows.components(nu, out.aux)
+        rho, slope, nu = rho_n, slope_n, nu_n
     elif newton is False:
         rho, slope, nu = _bracket_weights(rows, out)
     else:  # decided per row at run time
         rho, slope, nu = _bracket_weights(rows, out)
-        rho_n, slope_n, _, _ = rows.components(out.nu, out.aux)
         rho, slope = jnp.where(newton, rho_n, rho), jnp.where(newton, slope_n, slope)
-        nu = jnp.where(newton, out.nu, nu)
+        nu = jnp.where(newton, nu_n, nu)
     S = jnp.sum(rho, -1, keepdims=True)
     normalized = jnp.logical_not(newton)
     if newton is not False:
@@ -322,6 +333,33 @@ def _final_weights(rows, out, use_newton, keep, tol, eps, nan_if_unconverged):
         sums = (S > 0) & jnp.isfinite(S) & (normalized | (jnp.abs(S - 1) <= jnp.sqrt(eps)))
         rho = jnp.where((converged & sums) | ~keep, rho, jnp.nan)
     return rho, slope, nu
+
+
+def _newton_weights(rows, out, eps):
+    """(rho, slope, nu) of a Newton iteration's result.
+
+    In double precision, the weights at the final nu. In single precision the iteration
+    stops with the sum up to `tol` (16 eps) from 1 and the weights are as far off as their
+    sum; their own rounding (a few ulps of the top weight) is of the size of the rest. So
+    the weights are evaluated at the nu of the loop's last evaluation, whose sums it holds
+    (the same arithmetic gives the same weights), and take one Newton step on that sum
+    linear in the weights, $\\rho + \\delta\\,d\\rho/dy$ with $\\delta = (1 - S)/\\sum
+    d\\rho/dy$, in the same pass: this removes the stopping error and the rounding of the
+    sum alike, at no extra pass over the scores. (A predicted final step, which the loop did
+    not evaluate, is taken the same way.)"""
+    if eps < 1e-10:
+        rho, slope, _, _ = rows.components(out.nu, out.aux)
+        return rho, slope, out.nu
+    gap = 1 - out.S
+    # the linear step's error grows as gap^2 / b^(2-p) for a key at distance b above a
+    # cutoff: a larger gap (a predicted step's) is left to the predicted nu
+    ok = (out.slope_sum > 0) & (jnp.abs(gap) <= 256 * eps)
+    # a row that takes no step is evaluated at the loop's own nu, predicted or not
+    nu = jnp.where(ok, out.nu_eval, out.nu)
+    rho, slope, _, _ = rows.components(nu, out.aux)
+    step = jnp.where(ok, gap / jnp.where(ok, out.slope_sum, 1.0), 0.0)
+    rho = jnp.maximum(rho + step * slope, 0.0)
+    return rho, slope, nu - step * rows.T / (1.0 if rows.unit is None else rows.unit)
 
 
 @jax.custom_batching.custom_vmap
