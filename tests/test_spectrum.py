@@ -197,3 +197,86 @@ def test_regime_is_an_enumeration_item():
         assert not np.any(sp.regime == fd.REGIMES.overdamped)
         assert repr(sp.regime) == "fisherdyn.REGIMES<['underdamped' 'underdamped' 'underdamped']>"
         assert sp.regime_names == ["under-damped"] * 3
+
+
+# ------------------------------------------------- secular spectrum against a dense eigensolve
+
+
+def dense_omega2(entropy, z, T, rho, mask):
+    """The eigenvalues of the tangent stiffness built densely (docs/math.md §6): the Hessian
+    $\\partial h/\\partial\\rho$ by forward-mode autodiff of the family's gradient on the
+    support, $K = P[\\tfrac12\\mathrm{diag}(g - \\lambda) + D_x(-T\\,\\partial h/\\partial\\rho)
+    D_x]P$ in numpy, restricted to the tangent space of the unmasked keys, `eigvalsh`."""
+    import jax
+    import jax.numpy as jnp
+
+    act = (rho > 0) & mask
+    safe = np.where(act, rho, 1.0)
+    H = np.asarray(jax.jacfwd(lambda r: entropy.grad(r, mask=jnp.asarray(act)))(
+        jnp.asarray(safe)))
+    H = np.where(act[:, None] & act[None, :], H, 0.0)
+    H = 0.5 * (H + H.T)
+    h = np.asarray(entropy.grad(jnp.asarray(safe), mask=jnp.asarray(act)))
+    g = np.where(act, -z - T * h, -z)
+    lam = np.sum(np.where(act, rho * g, 0.0))
+    x = np.sqrt(np.where(act, rho, 0.0))
+    core = x[:, None] * (-T * H) * x[None, :] + np.diag(np.where(act, 0.0, 0.5 * (g - lam)))
+    keep = np.flatnonzero(mask)
+    xs = x[keep]
+    Q = np.linalg.svd(xs[None, :])[2][1:].T  # orthonormal basis of x-perp among the kept keys
+    return np.linalg.eigvalsh(Q.T @ core[np.ix_(keep, keep)] @ Q)
+
+
+SECULAR_FAMILIES = [
+    fd.Shannon(), fd.Tsallis(1.5), fd.Tsallis(2.0), fd.Kaniadakis(0.3), fd.Abe(0.5),
+    fd.Burg(), fd.Renyi(2.0), fd.Renyi(0.6), fd.SharmaMittal(2.0, 1.5),
+]
+
+
+@pytest.mark.parametrize("entropy", SECULAR_FAMILIES, ids=lambda e: repr(e))
+def test_secular_spectrum_matches_dense_eigensolve(entropy, n=400):
+    """omega2 from the secular equations equals the eigenvalues of the dense tangent
+    stiffness (numpy eigvalsh), with tied scores (equal weights: deflation), masked keys
+    and, for the cutoff families at this temperature, keys off the support (boundary
+    modes). Tolerance 1e-10 of the largest stiffness: eigvalsh is accurate to rounding
+    relative to the matrix norm, the secular roots to rounding relative to each root."""
+    rng = np.random.default_rng(n)
+    z = rng.normal(size=n) * 1.5
+    z[1::5] = z[0::5][: len(z[1::5])]  # ties
+    mask = np.ones(n, bool)
+    mask[3::11] = False
+    T = 0.4
+    sp = fd.relaxation_spectrum(entropy, z, T, mass=1.0, damping=1.0, mask=mask)
+    rho = np.asarray(sp.rho)
+    ref = dense_omega2(entropy, z, T, rho, mask)
+    w = np.asarray(sp.omega2)
+    n_kept = int(mask.sum())
+    assert np.all(np.isinf(w[n_kept - 1:])) and np.all(np.isfinite(w[: n_kept - 1]))
+    scale = np.max(np.abs(ref))
+    np.testing.assert_allclose(w[: n_kept - 1], ref, rtol=0, atol=1e-10 * scale)
+    # boundary modes: one per kept key the fixed point leaves at 0
+    assert int(np.sum(sp.boundary)) == int(np.sum((rho == 0) & mask))
+    if isinstance(entropy, fd.Tsallis):
+        assert np.sum((rho == 0) & mask) >= 1
+
+
+def test_secular_spectrum_float32():
+    """float32 scores give a float32 spectrum equal to the float64 one to 1e-4 of the
+    largest stiffness (a few hundred float32 roundings)."""
+    z = np.random.default_rng(0).normal(size=300)
+    e = fd.Kaniadakis(0.3)
+    sp32 = fd.relaxation_spectrum(e, z.astype(np.float32), 0.7, mass=1.0, damping=1.0)
+    sp64 = fd.relaxation_spectrum(e, z, 0.7, mass=1.0, damping=1.0)
+    assert sp32.omega2.dtype == np.float32
+    w64 = np.asarray(sp64.omega2)
+    np.testing.assert_allclose(sp32.omega2, w64, rtol=0, atol=1e-4 * np.max(w64))
+
+
+def test_cli_announces_a_long_spectrum():
+    """`fisherdyn simulate` prints one progress line before a spectrum of 20,000 keys or
+    more (seconds of O(N^2) work), nothing below."""
+    from fisherdyn._cli._simulate import _spectrum_notice
+
+    assert _spectrum_notice(5_000) is None
+    line = _spectrum_notice(100_000)
+    assert "100000 keys" in line and "relaxation spectrum" in line and "\n" not in line

@@ -30,6 +30,16 @@ _HINTS = {
 }
 # a linear mode faster than this over t1: its time scale, not the path, sets the steps
 _FAR_SCALE = 1e4
+# from this many keys on, the relaxation spectrum (O(N^2) time) takes seconds: say so first
+_SPECTRUM_NOTICE_KEYS = 20_000
+
+
+def _spectrum_notice(n_keys: int) -> str | None:
+    """The progress line printed before a run whose spectrum will take seconds, or None."""
+    if n_keys < _SPECTRUM_NOTICE_KEYS:
+        return None
+    return (f"fisherdyn simulate: {n_keys} keys: the relaxation spectrum costs O(N^2) time "
+            "(seconds at 20,000 keys, about a minute at 100,000), computed with the run")
 
 
 def _mode_rates(omega2, mass, damping, scale=1.0):
@@ -213,6 +223,9 @@ def simulate_command(args: argparse.Namespace) -> int:
     z = np.asarray(args.scores_file or args.scores or DEFAULT_SCORES, float)
     rho0 = None if args.rho0 is None else np.asarray(args.rho0, float)
     program, arrays, static = _report_program(args, z, rho0)
+    notice = _spectrum_notice(z.shape[-1])
+    if notice is not None:
+        print(notice, file=sys.stderr, flush=True)
     directory = None if args.no_compilation_cache else _exported.exported_dir()
     report, names, _ = _exported.cached_call(
         "simulate", program, arrays, static, meta=_names, directory=directory

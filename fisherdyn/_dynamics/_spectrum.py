@@ -18,12 +18,15 @@ import numpy as np
 from .._custom_types import (
     Array, ArrayLike, Bool, Complex, Float, RealScalarLike, Scores, Temperature,
 )
-from .._entropies import AbstractEntropy
+from .._entropies import (
+    AbstractEntropy, AbstractSeparableEntropy, AbstractTsallisShapedEntropy,
+)
 from .._misc import check_entropy, is_concrete
 from .._results import _ReadableEnumeration
 from .._stationary import check_concrete, refuse_complex, row_T
 from ._problem import arrayify_entropy, parameters
-from ._system import stiffness_matrix, tangent_basis
+from ._secular import _blocked, row_sums, secular_eigenvalues
+from ._system import forces, stiffness_matrix, tangent_basis
 
 __all__ = ["relaxation_spectrum", "RelaxationSpectrum", "REGIMES"]
 
@@ -60,7 +63,9 @@ class RelaxationSpectrum(eqx.Module):
     - `regime`: per mode, a `REGIMES` item: `REGIMES.underdamped` ($\\gamma^2 < 4m\\omega^2$),
       `REGIMES.critical` (equal to `critical_rtol`) or `REGIMES.overdamped`.
     - `boundary`: the mode lives on components off the support ($\\rho^*_i = 0$).
-    - `modes`: the mode shapes as tangent vectors of the sphere chart $x = \\sqrt\\rho$, (N, N-1).
+    - `modes`: the mode shapes as tangent vectors of the sphere chart $x = \\sqrt\\rho$, (N, N-1),
+      computed when read (a dense eigendecomposition, $O(N^3)$ time and $O(N^2)$ memory;
+      the stiffnesses and rates above cost $O(N^2)$ time and $O(N)$ memory).
     - `rho`, `lam`: the fixed point and its multiplier.
 
     With a `mask`, the masked keys carry no modes: their N - n slots come last, with
@@ -72,9 +77,18 @@ class RelaxationSpectrum(eqx.Module):
     rates: Complex[Array, "*batch N-1 2"]
     regime: REGIMES
     boundary: Bool[Array, "*batch N-1"]
-    modes: Float[Array, "*batch N N-1"]
     rho: Float[Array, "*batch N"]
     lam: Float[Array, "*batch"]
+    # the problem, kept for `modes`
+    _entropy: AbstractEntropy
+    _scores: Float[Array, "*batch N"]
+    _T: Float[Array, "*batch"]
+    _mask: Bool[Array, "*batch N"] | None
+
+    @property
+    def modes(self) -> Float[Array, "*batch N N-1"]:
+        """The mode shapes (see the class), in the order of `omega2`."""
+        return _modes(self._entropy, self.rho, self._scores, self._T, self._mask)
 
     @property
     def decay_rates(self) -> Float[Array, "*batch N-1"]:
@@ -98,6 +112,16 @@ class RelaxationSpectrum(eqx.Module):
 
 
 @eqx.filter_jit
+def _modes(entropy, rho, z, T, mask):
+    """`_dense_eigh`'s mode shapes, mapped over the leading axes (every argument batched,
+    as `_batched` returns them)."""
+    fn = lambda e, r, s, t, m: _dense_eigh(e, r, s, t, m)[1]  # noqa: E731
+    for _ in range(rho.ndim - 1):
+        fn = jax.vmap(fn)
+    return fn(entropy, rho, z, T, mask)
+
+
+@eqx.filter_jit
 def _batched(entropy, rho, z, T, mass, damping, critical_rtol, mask=None):
     """`_single` mapped over the leading axes; T, mass and damping hold one value per row."""
     fn = _single
@@ -115,13 +139,16 @@ def _decouple_masked(K, mask):
     return jnp.where(both, K, 0.0) + jnp.diag(jnp.where(mask, 0.0, sentinel))
 
 
-def _single(entropy, rho, z, T, mass, damping, critical_rtol, mask=None):
+def _dense_eigh(entropy, rho, z, T, mask=None):
+    """Eigenvalues and mode shapes of the dense tangent stiffness (O(N^3): the mode shapes,
+    and the families without a diagonal-plus-rank-one structure)."""
     K, x, lam, active = stiffness_matrix(entropy, rho, z, T)
     if mask is not None:
         K = _decouple_masked(K, mask)
     Q = tangent_basis(x)
     w, V = jnp.linalg.eigh(Q.T @ K @ Q)
     modes = Q @ V
+    masked_mode = jnp.zeros(w.shape, bool)
     if mask is not None:
         masked_mode = jnp.sum(jnp.where(mask[:, None], 0.0, modes**2), 0) > 0.5
         modes = jnp.where(masked_mode[None, :] | ~mask[:, None], 0.0, modes)
@@ -130,6 +157,119 @@ def _single(entropy, rho, z, T, mass, damping, critical_rtol, mask=None):
         w = jnp.where(masked_mode, jnp.inf, w)
         active = active | ~mask
     boundary = jnp.sum(jnp.where(active[:, None], 0.0, modes**2), 0) > 0.5
+    return w, modes, boundary, masked_mode, lam
+
+
+def _structure(entropy, rho, z, T):
+    """The tangent stiffness as $P(\\mathrm{diag}(c) + \\sigma ww^T)P$ (docs/math.md §6),
+    `(c, sigma, w, x, lam, active)` (`sigma`, `w` None for a separable family), or None
+    for a family without that structure.
+
+    On the support $c_i = \\rho_i\\,\\partial g_i/\\partial\\rho_i$ (the diagonal of
+    `stiffness_matrix`'s core); off it the boundary stiffness $(g_i - \\lambda)/2$. A
+    Tsallis-shaped family has $h = \\phi(M_q)\\,t(\\rho)$ with the Tsallis gradient
+    $t_i = -v_i/(q-1)$, $v_i = \\partial M_q/\\partial\\rho_i = q\\rho_i^{q-1}$, so
+    $-T\\,\\partial h/\\partial\\rho = -T\\phi\\,\\mathrm{diag}(t') + T\\phi'(M_q)/(q-1)\\,vv^T$:
+    $\\sigma = T\\phi'/(q-1)$, $w = x v$.
+    """
+    active = rho > 0
+    x = jnp.sqrt(rho)
+    g = forces(entropy, rho, z, T)
+    lam = jnp.sum(jnp.where(active, rho * g, 0.0))
+    safe = jnp.where(active, rho, 1.0)
+    ones = jnp.ones_like(rho)
+    if isinstance(entropy, AbstractSeparableEntropy):
+        # the gradient is elementwise: its directional derivative along ones is its diagonal
+        dh = jax.jvp(lambda r: entropy.grad(r, mask=active), (safe,), (ones,))[1]
+        sigma, w = None, None
+    elif isinstance(entropy, AbstractTsallisShapedEntropy):
+        M = entropy.moment(safe, active)
+        phi = entropy.temperature_factor(M)
+        tsallis = entropy.tsallis()
+        dh = phi * jax.jvp(lambda r: tsallis.grad(r, mask=active), (safe,), (ones,))[1]
+        q = jnp.asarray(entropy.q, rho.dtype)
+        sigma = T * jax.grad(entropy.temperature_factor)(M) / (q - 1)
+        w = jnp.where(active, x * q * safe ** (q - 1), 0.0)
+    else:
+        return None
+    c = jnp.where(active, -T * rho * dh, 0.5 * (g - lam))
+    return c, sigma, w, x, lam, active
+
+
+def _tie_rtol(dtype):
+    # poles this close (relative to the largest) are one: the eigenvalue error it makes is
+    # of the order of the rounding of the stiffness itself
+    return 16 * jnp.finfo(dtype).eps
+
+
+def _secular_spectrum(structure, mask=None):
+    """`(omega2, boundary, masked_mode)` from the secular equations: the compression of
+    diag(c) onto the tangent space of the support, then the rank-one moment coupling."""
+    c, sigma, w, x, lam, active = structure
+    n = c.shape[-1]
+    tol = _tie_rtol(c.dtype)
+    vals, ok, group_of, gval, pole_order, pv, origin, tau = secular_eigenvalues(
+        c, x * x, active, jnp.zeros((), c.dtype), tol
+    )
+    if sigma is None:
+        vals2, ok2 = vals, ok
+    else:
+        vals2, ok2 = _moment_coupling(c, sigma, w, x, active, tol, vals, ok, group_of, gval,
+                                      pole_order, pv, origin, tau)
+    # the decoupled directions: boundary components (x_i = 0) and masked keys
+    off = ~active
+    masked = jnp.zeros(n, bool) if mask is None else ~mask
+    dec = jnp.where(masked, jnp.inf, c)
+    allv = jnp.concatenate([vals2, dec])
+    allok = jnp.concatenate([ok2, off])
+    bnd = jnp.concatenate([jnp.zeros_like(ok2), off & ~masked])
+    msk = jnp.concatenate([jnp.zeros_like(ok2), masked])
+    order = jnp.lexsort((allv, ~allok))[: n - 1]
+    return allv[order], bnd[order], msk[order]
+
+
+def _moment_coupling(c, sigma, w, x, active, tol, vals, ok, group_of, gval, pole_order, pv,
+                     origin, tau):
+    """The eigenvalues of the compression plus the rank-one coupling $\\sigma ww^T$."""
+    # the moment coupling in the eigenbasis of the compression: z_k = v_k . w for the
+    # secular modes v_k ~ (c - mu_k)^-1 x, and for each tie group the part of w on the
+    # group orthogonal to x (the deflated modes), at the group's own pole
+    n = c.shape[-1]
+    m = n + 1
+    gid = jnp.where(active, group_of, n)
+    xi_g = jax.ops.segment_sum(jnp.where(active, x * w, 0.0), gid, m)[:n]
+    x2_g = jax.ops.segment_sum(jnp.where(active, x * x, 0.0), gid, m)[:n]
+    resid = w - x * (xi_g / jnp.where(x2_g > 0, x2_g, 1.0))[jnp.clip(gid, 0, n - 1)]
+    zg2 = jax.ops.segment_sum(jnp.where(active, resid**2, 0.0), gid, m)[:n]
+    size_g = jax.ops.segment_sum(active.astype(c.dtype), gid, m)[:n]
+    xi_p = xi_g[pole_order]
+    x2_p = jnp.where(jnp.arange(n) < jnp.sum(x2_g > 0), x2_g[pole_order], 0.0)
+    ov = pv[origin]
+
+    def projections(ovb, taub):
+        dl = (pv[None, :] - ovb[:, None]) - taub[:, None]
+        u = 1.0 / jnp.where(x2_p[None, :] > 0, dl, 1.0)
+        return row_sums(jnp.where(x2_p > 0, xi_p, 0.0)[None, :] * u, x2_p[None, :] * u * u)
+
+    zk, nk2 = _blocked(projections, n, ov, tau)
+    z2_roots = zk * zk / jnp.where(nk2 > 0, nk2, 1.0)
+    # the deflated members of a group share its leftover weight (they are one pole again)
+    gi = jnp.clip(gid, 0, n - 1)
+    z2_defl = jnp.where(active, zg2[gi] / jnp.maximum(size_g[gi] - 1, 1.0), 0.0)
+    mu = jnp.where(jnp.arange(2 * n) < n, vals, jnp.concatenate([vals[:n], gval[gi]]))
+    z2 = jnp.concatenate([z2_roots, z2_defl])
+    keep = jnp.argsort(~ok, stable=True)[:n]  # the n - 1 eigenvalues (and one slot)
+    mu, z2, ok1 = mu[keep], jnp.where(ok[keep], z2[keep], 0.0), ok[keep]
+    coupled = sigma != 0
+    sgn = jnp.where(sigma < 0, -1.0, 1.0).astype(c.dtype)
+    inv = jnp.where(coupled, 1 / jnp.where(coupled, jnp.abs(sigma), 1.0), 1.0)
+    vals2, ok2, *_ = secular_eigenvalues(
+        sgn * mu, jnp.where(coupled, z2, 0.0), ok1, inv.astype(c.dtype), tol
+    )
+    return sgn * vals2, ok2
+
+
+def _rates(w, mass, damping, critical_rtol, masked_mode):
     disc = damping**2 - 4 * mass * w
     root = jnp.sqrt(jnp.abs(disc))
     inertial = mass > 0
@@ -145,11 +285,21 @@ def _single(entropy, rho, z, T, mass, damping, critical_rtol, mask=None):
     crit = jnp.abs(disc) <= critical_rtol * (damping**2 + 4 * mass * jnp.abs(w))
     damped = _regime_where(disc < 0, REGIMES.underdamped, REGIMES.overdamped)
     regime = _regime_where(crit, REGIMES.critical, damped)
-    if mask is not None:
-        none = jax.lax.complex(jnp.full_like(w, -jnp.inf), jnp.zeros_like(w))
-        rates = jnp.where(masked_mode[:, None], none[:, None], rates)
-        regime = _regime_where(masked_mode, REGIMES.overdamped, regime)
-    return RelaxationSpectrum(w, rates, regime, boundary, modes, rho, lam)
+    none = jax.lax.complex(jnp.full_like(w, -jnp.inf), jnp.zeros_like(w))
+    rates = jnp.where(masked_mode[:, None], none[:, None], rates)
+    regime = _regime_where(masked_mode, REGIMES.overdamped, regime)
+    return rates, regime
+
+
+def _single(entropy, rho, z, T, mass, damping, critical_rtol, mask=None):
+    structure = _structure(entropy, rho, z, T)
+    if structure is None:
+        w, _, boundary, masked_mode, lam = _dense_eigh(entropy, rho, z, T, mask)
+    else:
+        w, boundary, masked_mode = _secular_spectrum(structure, mask)
+        lam = structure[4]
+    rates, regime = _rates(w, mass, damping, critical_rtol, masked_mode)
+    return RelaxationSpectrum(w, rates, regime, boundary, rho, lam, entropy, z, T, mask)
 
 
 def relaxation_spectrum(
