@@ -63,9 +63,9 @@ def main():
         slow = float(jnp.min(spec()))
         dense = ""
         if n <= args.dense_up_to:
-            from fisherdyn._dynamics._spectrum import _dense_eigh
-
-            f = jax.jit(lambda r, s: _dense_eigh(entropy, r, s, jnp.asarray(1.0))[0])
+            # the mode shapes (`modes`) come from the dense eigendecomposition of the stiffness
+            f = jax.jit(lambda r, s: fd.relaxation_spectrum(entropy, s, 1.0, mass=1.0,
+                                                            damping=1.0, rho=r).modes)
             jax.block_until_ready(f(rho, z))
             dense = f"{timed(lambda: f(rho, z))[0]:15.3f}"
         print(f"{n:>8} {first:13.3f} {wall:9.3f} {cpu:9.3f} {slow:13.6g}{dense}", flush=True)

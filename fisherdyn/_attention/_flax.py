@@ -96,6 +96,35 @@ def _dropout(weights, rng, rate, broadcast, key_ndim):
     return weights * multiplier
 
 
+def _logits(query, key, value, bias, mask, is_causal, dtype, promote_dtype, qk_einsum):
+    """Flax's promotion, grouped heads, scaling and masks: `(logits, keep, value, dtype,
+    key_ndim, depth)`, `keep` None or boolean of the logits' shape."""
+    if promote_dtype is None:
+        query, key, value = _promote(query, key, value, dtype=dtype)
+    else:  # nnx's convention: one tuple in, the promoted tuple out
+        query, key, value = promote_dtype((query, key, value), dtype=dtype)
+    dtype = query.dtype
+    _check_shapes(query, key, value)
+    key_ndim = key.ndim
+    n_rep = query.shape[-2] // key.shape[-2]
+    if n_rep > 1:  # query head j reads key head j // n_rep, as nnx groups them
+        key = jnp.repeat(key, n_rep, axis=-2)
+        value = jnp.repeat(value, n_rep, axis=-2)
+    depth = query.shape[-1]
+    # the same rounding as Flax: scale the query, then contract
+    query = query / jnp.sqrt(depth).astype(dtype)
+    logits = qk_einsum("...qhd,...khd->...hqk", query, key)
+    if bias is not None:
+        logits = logits + bias
+    keep = _boolean_mask(mask)
+    if is_causal:
+        causal = jnp.tril(jnp.ones(logits.shape[-2:], bool))
+        keep = causal if keep is None else keep & causal
+    if keep is not None:
+        keep = jnp.broadcast_to(keep, logits.shape)
+    return logits, keep, value, dtype, key_ndim, depth
+
+
 def flax_attention_fn(
     entropy: AbstractEntropy = Shannon(), T: float | ArrayLike | None = None
 ) -> Callable[..., Float[Array, "*batch q_length num_heads v_depth"]]:
@@ -177,34 +206,12 @@ def flax_attention_fn(
         qk_einsum, av_einsum = _einsums(
             precision, einsum_dot_general, qk_attn_weights_einsum, attn_weights_value_einsum
         )
-        if promote_dtype is None:
-            query, key, value = _promote(query, key, value, dtype=dtype)
-        else:  # nnx's convention: one tuple in, the promoted tuple out
-            query, key, value = promote_dtype((query, key, value), dtype=dtype)
-        dtype = query.dtype
-        _check_shapes(query, key, value)
-        key_ndim = key.ndim
-        n_rep = query.shape[-2] // key.shape[-2]
-        if n_rep > 1:  # query head j reads key head j // n_rep, as nnx groups them
-            key = jnp.repeat(key, n_rep, axis=-2)
-            value = jnp.repeat(value, n_rep, axis=-2)
-        depth = query.shape[-1]
-        # the same rounding as Flax: scale the query, then contract
-        query = query / jnp.sqrt(depth).astype(dtype)
-        logits = qk_einsum("...qhd,...khd->...hqk", query, key)
-        if bias is not None:
-            logits = logits + bias
-        keep = _boolean_mask(mask)
-        if is_causal:
-            causal = jnp.tril(jnp.ones(logits.shape[-2:], bool))
-            keep = causal if keep is None else keep & causal
-        if keep is not None:
-            keep = jnp.broadcast_to(keep, logits.shape)
+        logits, keep, value, dtype, key_ndim, depth = _logits(
+            query, key, value, bias, mask, is_causal, dtype, promote_dtype, qk_einsum
+        )
         if force_fp32_for_softmax and jnp.issubdtype(dtype, jnp.complexfloating):
-            raise ValueError(
-                "force_fp32_for_softmax=True would drop the imaginary part of complex logits: "
-                "leave it False for complex query/key (the softmax is then complex)"
-            )
+            raise ValueError("force_fp32_for_softmax=True would drop the imaginary part of "
+                             "complex logits: leave it False (the softmax is then complex)")
         if force_fp32_for_softmax and dtype != jnp.float32:
             logits = logits.astype(jnp.float32)  # and the weights stay float32, as in Flax
         weights = _weights_from_logits(entropy, logits, _relative_temperature(T, depth), keep)

@@ -78,21 +78,22 @@ def _safeguard(new, tau, lo, hi, scale):
     return jnp.where(ok, new, jnp.where(still, tau, 0.5 * (lo + hi)))
 
 
-def secular_eigenvalues(d, z2, valid, inv_sigma, tie_rtol):
-    """Eigenvalues of $D + \\sigma zz^T$ ($z^\\perp$-compressed for `inv_sigma` = 0).
+def _step(inv_sigma, tau, lo, hi, sums, a, b, ov, has_b):
+    """One safeguarded middle-way step of every root, with its bracket updated."""
+    psi, dpsi, phi, dphi = sums
+    g = inv_sigma + psi + phi
+    hi = jnp.where(g > 0, tau, hi)
+    lo = jnp.where(g < 0, tau, lo)
+    da = (a - ov) - tau
+    db = (b - ov) - tau
+    new = _middle_way(tau, da, db, inv_sigma, psi, dpsi, phi, dphi, has_b)
+    return _safeguard(new, tau, lo, hi, jnp.abs(tau) + jnp.abs(ov)), lo, hi
 
-    **Arguments:** `d`, `z2` ($z_i^2 \\ge 0$), `valid` (entries taking part), all (n,);
-    `inv_sigma` $= 1/\\sigma \\ge 0$ (flip the signs of `d` for $\\sigma < 0$); `tie_rtol`:
-    poles closer than this times the largest $|d|$ are one pole (deflation).
 
-    **Returns:** `(values, ok, group_of, group_value, pole_order, poles, origin, tau)`:
-    `values[ok]` are the eigenvalues (`sum(valid)` of them, one fewer for the compression),
-    the first n slots the secular roots, the last n the deflated entries (at their own
-    $d_i$). `group_of` is each entry's tie group (n where not valid) and `group_value` the
-    group's pole; the secular poles are `poles = group_value[pole_order]` (then padding),
-    and root k is `poles[origin[k]] + tau[k]`, for a caller who needs accurate differences
-    $d_i - \\lambda$.
-    """
+
+def _secular_poles(d, z2, valid, inv_sigma, tie_rtol):
+    """Sort and deflate the poles of `secular_eigenvalues`: the tie groups, the secular
+    poles compacted to the front (padded beyond every root) and each root's interval."""
     n = d.shape[0]
     dtype = d.dtype
     idx = jnp.arange(n)
@@ -138,8 +139,18 @@ def secular_eigenvalues(d, z2, valid, inv_sigma, tie_rtol):
     b = jnp.where(has_b, pv[jnp.clip(k + 1, 0, n - 1)], a + extra)
     width = b - a
 
-    # ---- local solve: window poles exactly, far poles by their Taylor series (degree 5)
-    # about the midpoint
+    return dict(order=order, ds=ds, vs=vs, group=group, gval=gval, deflated=deflated,
+                pole_order=pole_order, pv=pv, pw=pw, k=k, root_ok=root_ok, has_b=has_b,
+                a=a, b=b, width=width)
+
+
+def _local_solve(pv, pw, k, a, b, width, has_b, inv_sigma):
+    """The roots from the window's poles exactly and the far poles by their Taylor series:
+    `(tau, lo, hi, origin, ov)`, root k = ov + tau in the bracket (lo, hi) about ov."""
+    n = pv.shape[0]
+    dtype = pv.dtype
+    idx = jnp.arange(n)
+    # far poles by their Taylor series (degree 5) about the midpoint
     W = min(_WINDOW, n)
     offs = jnp.arange(-W + 1, W + 1)
 
@@ -193,25 +204,22 @@ def secular_eigenvalues(d, z2, valid, inv_sigma, tie_rtol):
     hi = jnp.where(from_a, jnp.where(has_b, 0.5 * width, width), 0.0)
     tau0 = 0.5 * (lo + hi)
 
-    def step(tau, lo, hi, sums, a, b, ov, has_b):
-        psi, dpsi, phi, dphi = sums
-        g = inv_sigma + psi + phi
-        hi = jnp.where(g > 0, tau, hi)
-        lo = jnp.where(g < 0, tau, lo)
-        da = (a - ov) - tau
-        db = (b - ov) - tau
-        new = _middle_way(tau, da, db, inv_sigma, psi, dpsi, phi, dphi, has_b)
-        return _safeguard(new, tau, lo, hi, jnp.abs(tau) + jnp.abs(ov)), lo, hi
-
     def local_body(_, carry):
         tau, lo, hi = carry
-        return step(tau, lo, hi, local(ov, tau), a, b, ov, has_b)
+        return _step(inv_sigma, tau, lo, hi, local(ov, tau), a, b, ov, has_b)
 
     tau, _, _ = jax.lax.fori_loop(0, _LOCAL_ITERS, local_body, (tau0, lo, hi))
 
-    # ---- exact passes: every pole, until the steps no longer move the roots (each block
-    # of roots stops on its own); the local bracket came from an approximate equation, so
-    # these start from the half-interval again
+    return tau, lo, hi, origin, ov
+
+
+def _exact_passes(pv, pw, tau, lo, hi, a, b, ov, has_b, root_ok, inv_sigma):
+    """Every pole exactly, until the steps no longer move the roots (each block of roots
+    stops on its own); the local bracket came from an approximate equation, so these
+    start from the half-interval again."""
+    n = pv.shape[0]
+    dtype = pv.dtype
+
     def exact_sums(ovb, taub):
         u = 1.0 / ((pv[None, :] - ovb[:, None]) - taub[:, None])
         r = pw[None, :] * u
@@ -228,7 +236,7 @@ def secular_eigenvalues(d, z2, valid, inv_sigma, tie_rtol):
 
         def body(carry):
             tau, lo, hi, i, _ = carry
-            new, lo, hi = step(tau, lo, hi, exact_sums(ov, tau), a, b, ov, has_b)
+            new, lo, hi = _step(inv_sigma, tau, lo, hi, exact_sums(ov, tau), a, b, ov, has_b)
             # the iteration converges quadratically: after a step below sqrt(eps) (times a
             # margin for its constant) the next would be below the rounding
             change = jnp.abs(new - tau) > 0.03 * jnp.sqrt(eps) * (jnp.abs(new) + jnp.abs(ov))
@@ -237,7 +245,33 @@ def secular_eigenvalues(d, z2, valid, inv_sigma, tie_rtol):
         init = (tau, lo, hi, jnp.zeros((), jnp.int32), jnp.any(use))
         return jax.lax.while_loop(cond, body, init)[0]
 
-    tau = _blocked(exact, n, tau, lo, hi, a, b, ov, has_b, root_ok)
+    return _blocked(exact, n, tau, lo, hi, a, b, ov, has_b, root_ok)
+
+
+def secular_eigenvalues(d, z2, valid, inv_sigma, tie_rtol):
+    """Eigenvalues of $D + \\sigma zz^T$ ($z^\\perp$-compressed for `inv_sigma` = 0).
+
+    **Arguments:** `d`, `z2` ($z_i^2 \\ge 0$), `valid` (entries taking part), all (n,);
+    `inv_sigma` $= 1/\\sigma \\ge 0$ (flip the signs of `d` for $\\sigma < 0$); `tie_rtol`:
+    poles closer than this times the largest $|d|$ are one pole (deflation).
+
+    **Returns:** `(values, ok, group_of, group_value, pole_order, poles, origin, tau)`:
+    `values[ok]` are the eigenvalues (`sum(valid)` of them, one fewer for the compression),
+    the first n slots the secular roots, the last n the deflated entries (at their own
+    $d_i$). `group_of` is each entry's tie group (n where not valid) and `group_value` the
+    group's pole; the secular poles are `poles = group_value[pole_order]` (then padding),
+    and root k is `poles[origin[k]] + tau[k]`, for a caller who needs accurate differences
+    $d_i - \\lambda$.
+    """
+    n = d.shape[0]
+    dtype = d.dtype
+    idx = jnp.arange(n)
+    P = _secular_poles(d, z2, valid, inv_sigma, tie_rtol)
+    order, ds, vs, group, gval = P["order"], P["ds"], P["vs"], P["group"], P["gval"]
+    pv, pw, k, root_ok, has_b = P["pv"], P["pw"], P["k"], P["root_ok"], P["has_b"]
+    a, b, deflated, pole_order = P["a"], P["b"], P["deflated"], P["pole_order"]
+    tau, lo, hi, origin, ov = _local_solve(pv, pw, k, a, b, P["width"], has_b, inv_sigma)
+    tau = _exact_passes(pv, pw, tau, lo, hi, a, b, ov, has_b, root_ok, inv_sigma)
     roots = ov + tau
     # the deflated eigenvalues: the other members of each tie group and zero-weight poles
     defl_vals = jnp.zeros(n, dtype).at[order].set(jnp.where(deflated, ds, 0.0))
