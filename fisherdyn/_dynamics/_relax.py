@@ -8,6 +8,9 @@ function theorem through `optimistix.root_find`); the integrated path is not dif
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import ClassVar
+
 import diffrax
 import equinox as eqx
 import jax
@@ -285,6 +288,101 @@ def _block_norm(mask):
     return norm
 
 
+def _combine(z0, coefficients, ks, dt):
+    """$z_0 + dt\\sum_j a_j k_j$ leaf by leaf, skipping the tableau's zeros (one fused loop)."""
+
+    def leaf(y, *k):
+        terms = [float(a) * kj for a, kj in zip(coefficients, k) if a != 0]
+        return y + dt * sum(terms[1:], terms[0]) if terms else y
+
+    return jtu.tree_map(leaf, z0, *ks)
+
+
+def _erk_step(tableau: diffrax.ButcherTableau, vf, t0, t1, z0, f0):
+    """One explicit Runge-Kutta step written out stage by stage: `(z1, error, f(z1))`.
+
+    Diffrax loops over the stages (one trace of the vector field), and every stage then reads
+    the whole stage buffer through a dense row of the tableau; written out, each stage's
+    combination is one fused pass over the stages it uses. The field at the end point is the
+    last stage of an FSAL tableau (evaluated otherwise): it starts the next step and gives
+    the steady-state test.
+    """
+    dt = t1 - t0
+    ks = [f0]
+    zi = z0
+    for c, a in zip(tableau.c, tableau.a_lower):
+        zi = _combine(z0, a, ks, dt)
+        ks.append(vf(t0 + float(c) * dt, zi))
+    if tableau.ssal:
+        z1 = zi
+    else:
+        z1 = _combine(z0, tableau.b_sol, ks, dt)
+    error = _combine(jtu.tree_map(jnp.zeros_like, z0), tableau.b_error, ks, dt)
+    f1 = ks[-1] if tableau.fsal else vf(t1, z1)
+    return z1, error, f1
+
+
+class _SteadyStateStepper(diffrax.AbstractAdaptiveSolver):
+    """A block's step: `solver`'s step of the block's state, plus each problem's speed
+    (max-norm of the field) at the step's end and its clock.
+
+    The state is `(z, tau, speed)`. The steady-state event reads `speed`, so it costs no
+    evaluation of the field; for an explicit Runge-Kutta solver the step is written out
+    (`_erk_step`) and `speed` comes from its last stage. `tau` advances by the step for every
+    problem that was moving at the step's start, so it is the time at which the problem
+    became stationary, to within a step. `args` are `(system, tol)`.
+    """
+
+    solver: diffrax.AbstractSolver
+    field: Callable = eqx.field(static=True)
+    term_structure: ClassVar = diffrax.AbstractTerm
+    interpolation_cls: ClassVar = diffrax.LocalLinearInterpolation
+
+    @property
+    def _tableau(self):
+        return getattr(self.solver, "tableau", None) if isinstance(
+            self.solver, diffrax.AbstractERK
+        ) else None
+
+    def order(self, terms):
+        return self.solver.order(terms)
+
+    def error_order(self, terms):
+        return self.solver.error_order(terms)
+
+    def _vf(self, args):
+        return lambda t, z: self.field(z, args[0])
+
+    def _term(self):
+        return diffrax.ODETerm(lambda t, z, args: self.field(z, args[0]))
+
+    def init(self, terms, t0, t1, y0, args):
+        if self._tableau is not None:
+            return self._vf(args)(t0, y0[0])
+        return self.solver.init(self._term(), t0, t1, y0[0], args)
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        z0, tau0, speed0 = y0
+        vf = self._vf(args)
+        result = diffrax.RESULTS.successful
+        if self._tableau is not None:
+            f0 = jax.lax.cond(made_jump, lambda: vf(t0, z0), lambda: solver_state)
+            z1, error, f1 = _erk_step(self._tableau, vf, t0, t1, z0, f0)
+            solver_state = f1
+        else:
+            z1, error, _, solver_state, result = self.solver.step(
+                self._term(), t0, t1, z0, args, solver_state, made_jump
+            )
+            f1 = vf(t1, z1)
+        moving = (speed0 >= args[1]).astype(tau0.dtype)
+        y1 = (z1, tau0 + (t1 - t0) * moving, _block_speed(f1)[:, None])
+        error = (error, jnp.zeros_like(tau0), jnp.zeros_like(speed0))
+        return y1, error, dict(y0=y0, y1=y1), solver_state, result
+
+    def func(self, terms, t0, y0, args):
+        return terms.vf(t0, y0, args)
+
+
 def _relax_block(system, rho0, v0, extra, static: Static):
     """A block of problems (leading axis) integrated as one system, then polished each.
 
@@ -301,32 +399,27 @@ def _relax_block(system, rho0, v0, extra, static: Static):
     rho0_c, v0, t1, rtol, atol, tol = jax.lax.stop_gradient((rho0, v0, t1, rtol, atol, tol))
     fields = jax.vmap(lambda y, s: f(None, y, s))
 
-    def speeds(y, s):
-        return _block_speed(fields(y, s))
-
-    def term(t, state, args):
-        y, _ = state
-        dy = fields(y, args)
-        moving = _block_speed(dy) >= tol
-        return dy, moving.astype(t1.dtype)[:, None]
-
     def done(t, state, args, **kwargs):
-        y, _ = state
-        return jnp.all((speeds(y, args) < tol) | (t >= t1))
+        return jnp.all((state[2][:, 0] < tol) | (t >= t1))
 
-    y0 = jax.vmap(lambda r, v: coords.from_simplex(r, None if static.overdamped else v))(
+    z0 = jax.vmap(lambda r, v: coords.from_simplex(r, None if static.overdamped else v))(
         rho0_c, v0
     )
+    # per-problem leaves as columns, as the controller's per-problem tolerances are
+    y0 = (z0, jnp.zeros_like(t1)[:, None], _block_speed(fields(z0, system_const))[:, None])
     ctrl = controller(static.solver, rtol[:, None], atol[:, None], None)
     ctrl = eqx.tree_at(lambda c: c.norm, ctrl, _block_norm(system.mask))
     sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(term),
-        static.solver,
+        # the field of the whole state; the stepper integrates its first part itself
+        diffrax.ODETerm(
+            lambda t, y, args: (fields(y[0], args[0]), jnp.zeros_like(y[1]), jnp.zeros_like(y[2]))
+        ),
+        _SteadyStateStepper(static.solver, fields),
         t0=jnp.zeros((), t1.dtype),
         t1=jnp.max(t1),
         dt0=None,
-        y0=(y0, jnp.zeros_like(t1)[:, None]),
-        args=system_const,
+        y0=y0,
+        args=(system_const, tol[:, None]),
         saveat=diffrax.SaveAt(t1=True),
         stepsize_controller=ctrl,
         event=diffrax.Event(done),
@@ -335,9 +428,9 @@ def _relax_block(system, rho0, v0, extra, static: Static):
         adjoint=static.adjoint,
         progress_meter=_meter(static.progress),
     )
-    y_end, tau = jtu.tree_map(lambda leaf: leaf[-1], sol.ys)
-    tau = tau[:, 0]
-    steady = (speeds(y_end, system_const) < tol) & (tau <= t1)
+    y_end, tau, speed = jtu.tree_map(lambda leaf: leaf[-1], sol.ys)
+    tau, speed = tau[:, 0], speed[:, 0]
+    steady = (speed < tol) & (tau <= t1)
     stopped = (sol.result == diffrax.RESULTS.event_occurred) | (
         sol.result == diffrax.RESULTS.successful
     )
