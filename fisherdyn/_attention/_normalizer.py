@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from .._custom_types import Array, ArrayLike, Bool, Float, Temperature
 from .._entropies import AbstractEntropy, Shannon
 from .._stationary import refuse_complex, stationary
+from ._blockwise import blockwise_attention, query_block_size
 
 __all__ = ["attention", "attention_weights"]
 
@@ -86,6 +87,7 @@ def attention(
     T: Temperature | None = None,
     mask: Bool[ArrayLike, "*#batch n_q n_k"] | None = None,
     bias: Float[ArrayLike, "*#batch n_q n_k"] | None = None,
+    block_size: int | None = None,
 ) -> Float[Array, "*batch n_q d_v"]:
     """Dot-product attention normalized by an entropy family's stationary map.
 
@@ -98,6 +100,11 @@ def attention(
     **Arguments:**
     - `q`: `(..., n_q, d_k)`; `k`: `(..., n_k, d_k)`; `v`: `(..., n_k, d_v)`.
     - `entropy`, `T`, `mask`, `bias` (keyword only): as in `attention_weights`.
+    - `block_size`: query rows per block of the blockwise evaluation, which never forms
+      the `(n_q, n_k)` scores: memory linear in the sequence length, the same weights row
+      for row and exact gradients (each block's scores are recomputed in the backward
+      pass). `None` (default): the dense path while the scores take at most 64 MiB, blocks
+      of about 8 MiB of scores above; a size of at least `n_q` is the dense path.
 
     **Returns:** `(..., n_q, d_v)`. Rows whose keys are all masked return zeros.
     """
@@ -105,6 +112,19 @@ def attention(
     v = jnp.asarray(v)
     if v.ndim < 2 or v.shape[-2] != jnp.shape(k)[-2]:
         raise ValueError(f"v needs shape (..., n_k, d_v) with n_k = {jnp.shape(k)[-2]}")
+    q, k = jnp.asarray(q), jnp.asarray(k)
+    if q.ndim < 2 or k.ndim < 2:
+        raise ValueError("q and k need shape (..., n, d_k)")
+    block = query_block_size(q, k, block_size)
+    if block is None:
+        return _dense_attention(q, k, v, entropy=entropy, T=T, mask=mask, bias=bias)
+    if T is None:
+        T = _default_T(q.shape[-1])
+    return blockwise_attention(_dense_attention, q, k, v, entropy=entropy, T=T, mask=mask,
+                               bias=bias, block=block)
+
+
+def _dense_attention(q, k, v, *, entropy, T, mask, bias):
     w = attention_weights(q, k, entropy=entropy, T=T, mask=mask, bias=bias)
     return jnp.einsum("...qk,...kd->...qd", w, v.astype(w.dtype))
 

@@ -1,0 +1,93 @@
+"""Attention in blocks of queries: O(N) memory for every family, exact gradients.
+
+The stationary law normalizes each query's row of scores on its own, so the rows can be
+solved a block of queries at a time: each block forms its strip of scores
+`(..., block, n_k)`, solves it with the dense operator (the same solver and custom JVP,
+row for row) and contracts it with the values; no `(n_q, n_k)` array is ever formed.
+The blocks run in a `lax.map`, whose body is rematerialized under differentiation
+(`jax.checkpoint`): the backward pass stores only each block's inputs and recomputes its
+strip, as FlashAttention recomputes its scores, so gradients in q, k, v, T, the bias and
+the family's parameters are the dense path's exact ones in memory linear in N.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+# Scores of one block, in bytes, when the block size is automatic: large enough that a
+# block's matrix products stay efficient, small enough to stay in the last-level cache
+# region of a CPU and far below any memory limit.
+_BLOCK_BYTES = 1 << 23
+# The automatic choice: the dense path while the whole score array is at most this size.
+_DENSE_BYTES = 1 << 26
+
+
+def _score_bytes(q, k):
+    batch = jnp.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    itemsize = jnp.result_type(q.dtype, k.dtype).itemsize
+    return math.prod(batch) * q.shape[-2] * k.shape[-2] * max(itemsize, 4), math.prod(batch)
+
+
+def query_block_size(q, k, block_size):
+    """The number of query rows per block, or None for the dense path.
+
+    `block_size=None` is automatic: dense while the scores take at most `_DENSE_BYTES`,
+    else blocks whose scores take about `_BLOCK_BYTES`. An explicit size of at least `n_q`
+    is the dense path."""
+    n_q = q.shape[-2]
+    if block_size is None:
+        total, batch = _score_bytes(q, k)
+        if total <= _DENSE_BYTES:
+            return None
+        per_row = total // max(n_q, 1)
+        return max(1, min(n_q, _BLOCK_BYTES // max(per_row, 1)))
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int or None, got {block_size!r}")
+    return None if block_size >= n_q else block_size
+
+
+def _split(x, axis, n_q, block, fill):
+    """`x` with its query axis (`axis`, counted from the end, of length n_q) cut into
+    blocks: padded with `fill` to a whole number of blocks and the block index moved to
+    the front, `(count, ..., block, ...)`."""
+    count = -(-n_q // block)
+    axis = x.ndim + axis
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, count * block - n_q)
+    x = jnp.pad(x, pad, constant_values=fill)
+    x = x.reshape(x.shape[:axis] + (count, block) + x.shape[axis + 1:])
+    return jnp.moveaxis(x, axis, 0)
+
+
+def _per_query(x, axis, n_q):
+    """Whether `x` varies along the query axis (else every block shares it)."""
+    return x is not None and jnp.ndim(x) >= -axis and jnp.shape(x)[axis] == n_q and n_q > 1
+
+
+def blockwise_attention(dense, q, k, v, *, entropy, T, mask, bias, block):
+    """`dense(q, k, v, entropy=..., T=..., mask=..., bias=...)` evaluated `block` query
+    rows at a time (see the module docstring). `T` is a scalar or broadcasts against the
+    score batch shape `(..., n_q)`; `mask` and `bias` against `(..., n_q, n_k)`.
+
+    **Returns:** `(..., n_q, d_v)`, equal row for row to `dense` on the whole input."""
+    n_q = q.shape[-2]
+    split = {}
+    for name, x, axis, fill in (("q", q, -2, 0.0), ("mask", mask, -2, True),
+                                ("bias", bias, -2, 0.0), ("T", T, -1, 1.0)):
+        if _per_query(x, axis, n_q):
+            split[name] = _split(jnp.asarray(x), axis, n_q, block, fill)
+    shared = {"q": q, "mask": mask, "bias": bias, "T": T}
+
+    @jax.checkpoint
+    def one_block(blocks):
+        args = {**shared, **blocks}
+        return dense(args["q"], k, v, entropy=entropy, T=args["T"], mask=args["mask"],
+                     bias=args["bias"])
+
+    out = jax.lax.map(one_block, split)  # (count, ..., block, d_v)
+    out = jnp.moveaxis(out, 0, -3)
+    out = out.reshape(out.shape[:-3] + (out.shape[-3] * block, out.shape[-1]))
+    return out[..., :n_q, :]
