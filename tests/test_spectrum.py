@@ -280,3 +280,62 @@ def test_cli_announces_a_long_spectrum():
     assert _spectrum_notice(5_000) is None
     line = _spectrum_notice(100_000)
     assert "100000 keys" in line and "relaxation spectrum" in line and "\n" not in line
+
+
+# --------------------------------------- the far-field series of large spectra (N > ~900)
+
+
+@pytest.mark.parametrize("inv_sigma", [0.0, 0.7])
+def test_secular_far_field_matches_dense_rank_one_update(inv_sigma):
+    """Past ~900 poles each block of roots sums its far poles through one Taylor series
+    (`_far_field`). On 1,500 heavy-tailed poles (Student t with 2 degrees of freedom: blocks
+    in the tails fall back to every pole one by one, the rest use the series; both asserted)
+    with ties, the eigenvalues of diag(d) + sigma z z^T (and its z-perp compression) equal
+    numpy's eigvalsh of the dense matrix to 1e-12 of the largest |eigenvalue| (eigvalsh's
+    own accuracy is ~1e-13 of the norm at this size)."""
+    import jax
+    import jax.numpy as jnp
+
+    from fisherdyn._dynamics._far_field import far_fields
+    from fisherdyn._dynamics._secular import _root_blocks, _secular_poles, secular_eigenvalues
+
+    n = 1500
+    rng = np.random.default_rng(5)
+    d = rng.standard_t(2, size=n)
+    d[1::7] = d[0::7][: len(d[1::7])]  # ties (deflation)
+    z2 = rng.random(n) + 0.05
+    valid = np.ones(n, bool)
+    args = (jnp.asarray(d), jnp.asarray(z2), jnp.asarray(valid), jnp.asarray(inv_sigma))
+    vals, ok = jax.jit(secular_eigenvalues, static_argnums=4)(*args, 1e-13)[:2]
+    P = _secular_poles(*args, 1e-13)
+    far = far_fields(P["pv"], P["pw"], *_root_blocks(n, P["k"], P["a"], P["b"]))
+    used = np.asarray(far.ok)
+    assert 0 < used.sum() < used.size, "both the series and the per-pole sums are exercised"
+    got = np.sort(np.asarray(vals)[np.asarray(ok)])
+    z = np.sqrt(z2)
+    if inv_sigma > 0:
+        ref = np.linalg.eigvalsh(np.diag(d) + np.outer(z, z) / inv_sigma)
+    else:
+        # a Householder reflection H maps z to a multiple of e_1: H D H without its first
+        # row and column is D compressed onto z-perp
+        v = z.copy()
+        v[0] += np.copysign(np.linalg.norm(z), z[0])
+        H = np.eye(n) - 2 * np.outer(v, v) / (v @ v)
+        ref = np.linalg.eigvalsh(((H * d) @ H)[1:, 1:])
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12 * np.max(np.abs(ref)))
+
+
+def test_large_spectrum_matches_dense_eigensolve():
+    """A Kaniadakis spectrum at N = 1,500 (the far-field path) against the dense tangent
+    stiffness's eigvalsh, with masked keys: 1e-10 of the largest stiffness, as at N = 400."""
+    n = 1500
+    e = fd.Kaniadakis(0.3)
+    rng = np.random.default_rng(n)
+    z = rng.normal(size=n) * 1.5
+    mask = np.ones(n, bool)
+    mask[3::11] = False
+    sp = fd.relaxation_spectrum(e, z, 0.4, mass=1.0, damping=1.0, mask=mask)
+    ref = dense_omega2(e, z, 0.4, np.asarray(sp.rho), mask)
+    w = np.asarray(sp.omega2)[: int(mask.sum()) - 1]
+    np.testing.assert_allclose(w, ref, rtol=0, atol=1e-10 * np.max(np.abs(ref)))

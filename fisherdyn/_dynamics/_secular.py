@@ -9,16 +9,19 @@ consecutive poles (and one past the last pole for $\\sigma > 0$). Each root is f
 the nearer pole of its interval (a shift $\\tau$, so that the differences $d_i - \\lambda$
 keep their relative precision next to a pole) by the rational "middle way" iteration of
 Gragg / Bunch-Nielsen-Sorensen, safeguarded by bisection: first on the poles of a window
-around the interval plus a Taylor expansion of the far poles (one pass over all pairs),
-then with every pole (a pass per step, until a step is below the square root of the
-rounding: usually one).
-Every pass over all pairs runs in blocks of roots, so memory stays O(N).
+around the interval plus a Taylor expansion of the other poles, then with every pole (a
+pass per step, until a step is below the square root of the rounding: usually one).
+Every pass runs in blocks of roots, so memory stays O(N); past about 900 poles, a block
+sums the poles far from it through one series (`_far_field`), so a pass costs about
+O(N^2/64) instead of O(N^2).
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+
+from ._far_field import far_fields, near_width, series_derivative
 
 __all__ = ["secular_eigenvalues"]
 
@@ -30,13 +33,23 @@ _LOCAL_ITERS = 40
 _MAX_EXACT_PASSES = 6
 
 
-def _blocked(fn, n_roots, *per_root):
-    """`fn(*per_root_block)` over blocks of `_BLOCK` roots, results concatenated."""
+def _root_blocks(n_roots, *per_root):
+    """The per-root arrays in blocks of `_BLOCK` roots, (blocks, `_BLOCK`), the last padded
+    with copies of the last root."""
     pad = (-n_roots) % _BLOCK
+    return tuple(jnp.pad(a, (0, pad), mode="edge").reshape(-1, _BLOCK) for a in per_root)
+
+
+def _blocked(fn, n_roots, *per_root, far=None):
+    """`fn(*per_root_block)` over blocks of `_BLOCK` roots, results concatenated; with a
+    far field (`far_fields` of the same blocks), `fn(*per_root_block, far_block)`."""
     if n_roots <= _BLOCK:
         return fn(*per_root)
-    blocks = [jnp.pad(a, (0, pad), mode="edge").reshape(-1, _BLOCK) for a in per_root]
-    out = jax.lax.map(lambda args: fn(*args), tuple(blocks))
+    blocks = _root_blocks(n_roots, *per_root)
+    if far is None:
+        out = jax.lax.map(lambda args: fn(*args), blocks)
+    else:
+        out = jax.lax.map(lambda args: fn(*args[0], args[1]), (blocks, far))
     return jax.tree_util.tree_map(lambda a: a.reshape(-1)[:n_roots], out)
 
 
@@ -144,6 +157,44 @@ def _secular_poles(d, z2, valid, inv_sigma, tie_rtol):
                 a=a, b=b, width=width)
 
 
+def _window_taylor(pv, pw, j, kb, mb, W):
+    """Per root of the block (`kb`, interval midpoints `mb`): the Taylor coefficients
+    $\\sum w u^{m+1}$, m = 0..5, $u = 1/(d_j - \\mathrm{mid})$, of the poles `pv[j]`
+    outside the root's window, and the left poles' share $\\sum_{d_j < \\mathrm{mid}} w u^2$
+    of the slope."""
+    u = 1.0 / (pv[None, :] - mb[:, None])
+    # the window's poles are summed exactly in the local solve
+    offset = j[None, :] - kb[:, None]
+    r1 = jnp.where((offset < -W + 1) | (offset > W), pw[None, :] * u, 0.0)
+    r2 = r1 * u
+    r3 = r2 * u
+    r4 = r3 * u
+    r5 = r4 * u
+    return row_sums(r1, r2, r3, r4, r5, r5 * u, jnp.minimum(r1, 0.0) * u)
+
+
+def _block_taylor(pv, pw, kb, mb, far, W):
+    """`_window_taylor` over every pole for one block of roots: the near poles exactly and
+    the far ones from the block's series (`far`, None: every pole exactly)."""
+    n = pv.shape[0]
+    idx = jnp.arange(n)
+    if far is None:
+        return _window_taylor(pv, pw, idx, kb, mb, W)
+    width = near_width(kb.shape[0])
+
+    def series():
+        near = _window_taylor(jax.lax.dynamic_slice_in_dim(pv, far.start, width),
+                              jax.lax.dynamic_slice_in_dim(pw, far.start, width),
+                              far.start + jnp.arange(width), kb, mb, W)
+        dt = mb - far.c
+        coef = [series_derivative(far, dt, m) for m in range(6)]
+        # the far left poles' share of the slope: the derivative of their series
+        coef.append(series_derivative(far, dt, 1, left=True))
+        return tuple(a + b for a, b in zip(near, coef))
+
+    return jax.lax.cond(far.ok, series, lambda: _window_taylor(pv, pw, idx, kb, mb, W))
+
+
 def _local_solve(pv, pw, k, a, b, width, has_b, inv_sigma):
     """The roots from the window's poles exactly and the far poles by their Taylor series:
     `(tau, lo, hi, origin, ov)`, root k = ov + tau in the bracket (lo, hi) about ov."""
@@ -154,19 +205,9 @@ def _local_solve(pv, pw, k, a, b, width, has_b, inv_sigma):
     W = min(_WINDOW, n)
     offs = jnp.arange(-W + 1, W + 1)
 
-    def far_taylor(kb, mb):
-        u = 1.0 / (pv[None, :] - mb[:, None])
-        # the window's poles are summed exactly in the local solve
-        offset = idx[None, :] - kb[:, None]
-        r1 = jnp.where((offset < -W + 1) | (offset > W), pw[None, :] * u, 0.0)
-        r2 = r1 * u
-        r3 = r2 * u
-        r4 = r3 * u
-        r5 = r4 * u
-        return row_sums(r1, r2, r3, r4, r5, r5 * u, jnp.minimum(r1, 0.0) * u)
-
     mid = a + 0.5 * width
-    S = _blocked(far_taylor, n, k, mid)
+    far = far_fields(pv, pw, *_root_blocks(n, k, a, b)) if n > _BLOCK else None
+    S = _blocked(lambda kb, mb, fb=None: _block_taylor(pv, pw, kb, mb, fb, W), n, k, mid, far=far)
     S1l = S[-1]
     wi = jnp.clip(k[:, None] + offs[None, :], 0, n - 1)
     w_in = (k[:, None] + offs[None, :] >= 0) & (k[:, None] + offs[None, :] < n)
@@ -210,26 +251,49 @@ def _local_solve(pv, pw, k, a, b, width, has_b, inv_sigma):
 
     tau, _, _ = jax.lax.fori_loop(0, _LOCAL_ITERS, local_body, (tau0, lo, hi))
 
-    return tau, lo, hi, origin, ov
+    return tau, lo, hi, origin, ov, far
 
 
-def _exact_passes(pv, pw, tau, lo, hi, a, b, ov, has_b, root_ok, inv_sigma):
-    """Every pole exactly, until the steps no longer move the roots (each block of roots
-    stops on its own); the local bracket came from an approximate equation, so these
-    start from the half-interval again."""
+def _pole_sums(pv, pw, ovb, taub):
+    """The sums of w/(d - lambda) and w/(d - lambda)^2 over the poles left and right of
+    each root lambda = ovb + taub."""
+    u = 1.0 / ((pv[None, :] - ovb[:, None]) - taub[:, None])
+    r = pw[None, :] * u
+    # the poles left of a root are exactly those with d_i - lambda < 0, i.e. r < 0
+    left, right = jnp.minimum(r, 0.0), jnp.maximum(r, 0.0)
+    return row_sums(left, left * u, right, right * u)
+
+
+def _block_pole_sums(pv, pw, ovb, taub, far):
+    """`_pole_sums` over every pole for one block of roots: the near poles one by one and
+    the far ones from the block's series (`far`, None: every pole one by one)."""
+    if far is None:
+        return _pole_sums(pv, pw, ovb, taub)
+    width = near_width(ovb.shape[0])
+
+    def series():
+        near = _pole_sums(jax.lax.dynamic_slice_in_dim(pv, far.start, width),
+                          jax.lax.dynamic_slice_in_dim(pw, far.start, width), ovb, taub)
+        dt = (ovb - far.c) + taub
+        F, dF = series_derivative(far, dt, 0), series_derivative(far, dt, 1)
+        FL, dFL = series_derivative(far, dt, 0, True), series_derivative(far, dt, 1, True)
+        return near[0] + FL, near[1] + dFL, near[2] + (F - FL), near[3] + (dF - dFL)
+
+    return jax.lax.cond(far.ok, series, lambda: _pole_sums(pv, pw, ovb, taub))
+
+
+def _exact_passes(pv, pw, tau, lo, hi, a, b, ov, has_b, root_ok, inv_sigma, far):
+    """Every pole (the far ones through their block's series, `far`), until the steps no
+    longer move the roots (each block of roots stops on its own); the local bracket came
+    from an approximate equation, so these start from the half-interval again."""
     n = pv.shape[0]
     dtype = pv.dtype
-
-    def exact_sums(ovb, taub):
-        u = 1.0 / ((pv[None, :] - ovb[:, None]) - taub[:, None])
-        r = pw[None, :] * u
-        # the poles left of a root are exactly those with d_i - lambda < 0, i.e. r < 0
-        left, right = jnp.minimum(r, 0.0), jnp.maximum(r, 0.0)
-        return row_sums(left, left * u, right, right * u)
-
     eps = jnp.finfo(dtype).eps
 
-    def exact(tau, lo, hi, a, b, ov, has_b, use):
+    def exact(tau, lo, hi, a, b, ov, has_b, use, fb=None):
+        def exact_sums(ovb, taub):
+            return _block_pole_sums(pv, pw, ovb, taub, fb)
+
         def cond(carry):
             _, _, _, i, moved = carry
             return (i < _MAX_EXACT_PASSES) & moved
@@ -245,7 +309,7 @@ def _exact_passes(pv, pw, tau, lo, hi, a, b, ov, has_b, root_ok, inv_sigma):
         init = (tau, lo, hi, jnp.zeros((), jnp.int32), jnp.any(use))
         return jax.lax.while_loop(cond, body, init)[0]
 
-    return _blocked(exact, n, tau, lo, hi, a, b, ov, has_b, root_ok)
+    return _blocked(exact, n, tau, lo, hi, a, b, ov, has_b, root_ok, far=far)
 
 
 def secular_eigenvalues(d, z2, valid, inv_sigma, tie_rtol):
@@ -270,8 +334,8 @@ def secular_eigenvalues(d, z2, valid, inv_sigma, tie_rtol):
     order, ds, vs, group, gval = P["order"], P["ds"], P["vs"], P["group"], P["gval"]
     pv, pw, k, root_ok, has_b = P["pv"], P["pw"], P["k"], P["root_ok"], P["has_b"]
     a, b, deflated, pole_order = P["a"], P["b"], P["deflated"], P["pole_order"]
-    tau, lo, hi, origin, ov = _local_solve(pv, pw, k, a, b, P["width"], has_b, inv_sigma)
-    tau = _exact_passes(pv, pw, tau, lo, hi, a, b, ov, has_b, root_ok, inv_sigma)
+    tau, lo, hi, origin, ov, far = _local_solve(pv, pw, k, a, b, P["width"], has_b, inv_sigma)
+    tau = _exact_passes(pv, pw, tau, lo, hi, a, b, ov, has_b, root_ok, inv_sigma, far)
     roots = ov + tau
     # the deflated eigenvalues: the other members of each tie group and zero-weight poles
     defl_vals = jnp.zeros(n, dtype).at[order].set(jnp.where(deflated, ds, 0.0))
