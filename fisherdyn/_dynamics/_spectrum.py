@@ -65,7 +65,7 @@ class RelaxationSpectrum(eqx.Module):
     - `boundary`: the mode lives on components off the support ($\\rho^*_i = 0$).
     - `modes`: the mode shapes as tangent vectors of the sphere chart $x = \\sqrt\\rho$, (N, N-1),
       computed when read (a dense eigendecomposition, $O(N^3)$ time and $O(N^2)$ memory;
-      the stiffnesses and rates above cost $O(N^2)$ time and $O(N)$ memory).
+      the stiffnesses and rates above cost $O(N)$ memory and time growing as $N^2/64$).
     - `rho`, `lam`: the fixed point and its multiplier.
 
     With a `mask`, the masked keys carry no modes: their N - n slots come last, with
