@@ -17,8 +17,12 @@ A study, not part of the library: it calls fisherdyn's public API only. Run it w
 - `paths.py`: `extract_paths`, `LoopedPaths`, `evaluate_looped`: the attention, loop by loop.
 - `fixed_point.py`: `fixed_point_report`, `loop_jacobian`: residuals and the linearized loop.
 - `evidence_paths.py` (depth convergence, mobility), `evidence_response.py` (linear
-  response), `evidence_heldout.py` (held-out prediction): the four tests.
-- `verdict.py`: `bootstrap_ci`, `holm`, the pre-registered `CRITERIA` and `verdict`.
+  response), `evidence_heldout.py` (held-out prediction): the four tests;
+  `evidence_shape.py` (`isotropy`, `support_revival`): tests of the paths' shape.
+- `verdict.py`: `bootstrap_ci`, `holm`, the first four `CRITERIA` and `verdict`.
+- `protocol.py`: `PROTOCOL` (criteria, preconditions, admissible criteria per family,
+  decision rule), its version and hash; `calibration.py`: the criteria run on synthetic
+  paths of graded truth (`python studies/weight_tied calibrate [--quick]`).
 - `study.py`: the study's groups, measurements and report; `figures.py`: its two figures.
 """
 
@@ -35,6 +39,12 @@ from .evidence_paths import (
     MobilityRegression as MobilityRegression,
     depth_convergence as depth_convergence,
     mobility_regression as mobility_regression,
+)
+from .evidence_shape import (
+    Isotropy as Isotropy,
+    SupportRevival as SupportRevival,
+    isotropy as isotropy,
+    support_revival as support_revival,
 )
 from .evidence_response import (
     LinearResponse as LinearResponse,
@@ -54,6 +64,14 @@ from .paths import (
     LoopedPaths as LoopedPaths,
     evaluate_looped as evaluate_looped,
     extract_paths as extract_paths,
+)
+from .protocol import (
+    ADMISSIBLE as ADMISSIBLE,
+    PROTOCOL as PROTOCOL,
+    PROTOCOL_CRITERIA as PROTOCOL_CRITERIA,
+    PROTOCOL_VERSION as PROTOCOL_VERSION,
+    decide_family as decide_family,
+    protocol_hash as protocol_hash,
 )
 from .task import (
     PointerBatch as PointerBatch,

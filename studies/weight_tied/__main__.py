@@ -1,4 +1,5 @@
-"""`python studies/weight_tied [--quick] [--out DIR] [--workers N]`: run the weight-tied study."""
+"""`python studies/weight_tied [--quick] [--out DIR] [--workers N]`: run the weight-tied study;
+`python studies/weight_tied calibrate [--quick] [--out DIR]`: calibrate its criteria."""
 
 import sys
 from pathlib import Path
@@ -10,6 +11,11 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
-from weight_tied.study import main  # noqa: E402
+if sys.argv[1:2] == ["calibrate"]:
+    from weight_tied.calibration import main  # noqa: E402
 
-main()
+    main(sys.argv[2:])
+else:
+    from weight_tied.study import main  # noqa: E402
+
+    main()

@@ -1,0 +1,183 @@
+"""The calibration of the weight-tied criteria (`studies/weight_tied/calibration.py`), the
+shape tests it adds (`evidence_shape.py`) and the protocol's decision rule (`protocol.py`).
+
+References are independent of the code under test: closed forms of the linear relaxation and
+of Shannon's overdamped flow, the library's `simulate` and `relaxation_spectrum`, and paths
+built by hand with a known revival.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fisherdyn as fd
+from weight_tied import calibration as cal
+from weight_tied.evidence_shape import isotropy, support_revival
+from weight_tied.protocol import (
+    ADMISSIBLE,
+    ADMISSIBLE_SIGMA,
+    NOT_EVALUABLE,
+    PROTOCOL,
+    PROTOCOL_CRITERIA,
+    PROTOCOL_VERSION,
+    UNTESTABLE,
+    decide_family,
+    protocol_hash,
+)
+from weight_tied.verdict import INCONCLUSIVE, NO, YES
+
+ROOT = Path(__file__).resolve().parents[2]
+TS = np.linspace(0.0, 3.0, 13)
+_rng = np.random.default_rng(3)
+Z = 1.5 * _rng.normal(size=(8, 6))
+R0 = _rng.dirichlet(2 * np.ones(6), size=8)
+UNITS = np.arange(8) % 4
+
+
+def _overdamped(e, z=Z, r0=R0):
+    tr = fd.simulate(e, z, 1.0, mass=0.0, damping=1.0, rho0=r0, t1=3.0, saveat=TS,
+                     rtol=1e-10, atol=1e-12)
+    return np.asarray(tr.rho)
+
+
+# --------------------------------------------------------------------------- shape tests
+
+
+def test_isotropy_of_shannon_flow_and_of_a_tsallis_flow():
+    """Shannon's overdamped flow, softmax((z0 + (z* - z0)(1 - e^{-t}))): every key at rate
+    1, slope 0 to 0.01 (the closed form, not simulate; each rate is a finite difference over a
+    step of a quarter relaxation time, whose bias differs between keys by the rho-mean in
+    delta, at the 1e-3 level). Tsallis(1.5)'s flow read in Shannon's scores: the rate
+    depends on the weight (slope about -0.36 here), the interval lies below the YES region
+    [-0.1, 0.1], so isotropy cannot say YES."""
+    z0 = np.log(R0)
+    zt = z0[:, None] + (Z - z0)[:, None] * (1 - np.exp(-TS))[None, :, None]
+    sh = np.asarray(fd.stationary(fd.Shannon(), zt))
+    iso = isotropy(sh, TS, Z, 1.0, units=UNITS)
+    assert abs(iso.slope.estimate) < 0.01 and iso.n_points > 100
+    crit = {c.name: c for c in PROTOCOL_CRITERIA}["isotropy"]
+    assert crit.decide(iso.slope) == YES
+    ts_iso = isotropy(_overdamped(fd.Tsallis(1.5)), TS, Z, 1.0, units=UNITS)
+    assert ts_iso.slope.high < -0.1 and crit.decide(ts_iso.slope) != YES
+
+
+def test_support_revival_counts_hand_made_paths():
+    """Three paths built by hand: a key that leaves (1e-4) and comes back (0.2) is a
+    revival; a key that leaves and stays out is not; a path where no key leaves does not
+    count in the denominator. Tsallis(1.5)'s Fisher flow (sparse fixed points: keys leave)
+    never revives; paths where no key leaves are not evaluable (None)."""
+    keep = np.tile([0.5, 0.3, 0.2], (5, 1))
+    out = keep.copy()
+    out[2:] = [0.6, 0.4, 0.0]
+    back = out.copy()
+    back[4] = [0.5, 0.3, 0.2]
+    sr = support_revival(np.stack([back, out, keep]), units=[0, 1, 2])
+    assert (sr.n_left, sr.n_revived) == (2, 1)
+    assert sr.fraction.estimate == pytest.approx(0.5)
+    flow = _overdamped(fd.Tsallis(1.5), 3.0 * Z)
+    sr_flow = support_revival(flow, units=UNITS)
+    assert sr_flow.n_left > 0 and sr_flow.n_revived == 0
+    crit = {c.name: c for c in PROTOCOL_CRITERIA}["support_revival"]
+    assert crit.decide(sr_flow.fraction) == YES
+    assert support_revival(np.stack([keep, keep])).fraction is None
+
+
+# --------------------------------------------------------------------------- the harness
+
+
+def test_graded_paths_at_alpha_one_are_the_linear_relaxation():
+    """At alpha = 1 the graded path is softmax(z* + (z0 - z*) e^{-kt}) for Shannon (closed
+    form, k = T/gamma), whatever the Fisher path; at alpha = 0 it is the Fisher path."""
+    e = fd.Shannon()
+    ts, _ = cal.time_grids()
+    rho_F = cal.fisher_paths(fd, e, Z, R0, ts)
+    k = cal.DYNAMICS["T"] / cal.DYNAMICS["damping"]
+    z0 = np.log(R0)
+    ref = np.asarray(fd.stationary(e, Z[:, None] + (z0 - Z)[:, None]
+                                   * np.exp(-k * ts)[None, :, None]))
+    np.testing.assert_allclose(cal.graded(fd, e, Z, R0, rho_F, ts, 1.0), ref, atol=1e-12)
+    assert cal.graded(fd, e, Z, R0, rho_F, ts, 0.0) is rho_F
+    # the Fisher path is simulate's and relaxes to the stationary law of z*
+    np.testing.assert_allclose(rho_F[:, -1], np.asarray(fd.stationary(e, Z)), atol=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["tsallis", "kaniadakis"])
+def test_mixed_response_of_the_pure_loops(name):
+    """alpha = 0: the loop is simulate's step map, and linear_response predicts every other
+    mode from (m, gamma) fitted on the slowest to 1e-5 (a finite-difference Jacobian),
+    recovering gamma = 1; alpha = 1: only the linear part is seen, every measured rate is
+    -k = -T/gamma (its eigenvalue e^{-kh}), to 1e-9."""
+    e = cal.make_entropy(fd, name)
+    z = np.array([1.0, 0.3, -0.5, 0.2, -1.1, 0.6])
+    JF, Q, rs = cal.fisher_step_jacobian(fd, e, z)
+    lr0 = cal.mixed_response(fd, e, z, JF, Q, rs, 0.0)
+    assert lr0.max_error < 1e-5 and abs(lr0.damping - 1.0) < 1e-4
+    lr1 = cal.mixed_response(fd, e, z, JF, Q, rs, 1.0)
+    np.testing.assert_allclose(lr1.measured, -1.0, atol=1e-9)
+
+
+def test_quick_calibration_power_and_admissibility():
+    """The quick calibration (Tsallis(1.5), 2 replicates, alpha 0 and 1, sigma 0 and 0.01):
+    the mobility slope says YES on every noise-free Fisher replicate and NO on every
+    noise-free linear one (the known answer, docs/guides/weight_tied.md), every probability
+    table sums to at most 1, and the admissibility follows the stated rule from the table.
+    The JSON records the protocol version and hash."""
+    data = cal.calibrate(cal.QUICK, log=lambda s: None)
+    assert data["protocol_version"] == PROTOCOL_VERSION
+    assert data["protocol_sha256"] == protocol_hash()
+    mob = data["power"]["Tsallis"]["mobility_slope"]["0.0"]
+    assert mob[0]["alpha"] == 0.0 and mob[0]["p_yes"] == 1.0
+    assert mob[-1]["alpha"] == 1.0 and mob[-1]["p_no"] == 1.0
+    for crit in data["power"]["Tsallis"].values():
+        for rows in crit.values():
+            for r in rows:
+                assert r["p_yes"] + r["p_no"] + r["p_not_evaluable"] <= 1 + 1e-12
+    for name, by_sigma in data["admissible_by_sigma"]["Tsallis"].items():
+        rows = data["power"]["Tsallis"][name][str(ADMISSIBLE_SIGMA)]
+        assert by_sigma[str(ADMISSIBLE_SIGMA)] == (rows[0]["p_yes"] >= 0.75
+                                                    and rows[-1]["p_no"] >= 0.75)
+    assert data["not_evaluable_reasons"]["Tsallis"]["isotropy"] == ["defined for Shannon only"]
+
+
+@pytest.mark.skipif(not (ROOT / "figures" / "weight_tied_calibration.json").exists(),
+                    reason="the full calibration is not committed yet")
+def test_committed_calibration_matches_the_protocol():
+    """The protocol's admissible criteria are those of the committed full calibration at
+    its noise level, and that run used this protocol's criteria (same names)."""
+    path = ROOT / "figures" / "weight_tied_calibration.json"
+    data = json.loads(path.read_text())
+    assert data["quick"] is False and data["settings"]["replicates"] >= 4
+    assert {f: tuple(v) for f, v in data["admissible"].items()} == ADMISSIBLE
+    assert [c["name"] for c in data["protocol"]["criteria"]] == \
+        [c.name for c in PROTOCOL_CRITERIA]
+    assert set(data["power"]) == {"Shannon", "Tsallis", "Kaniadakis"}
+
+
+# --------------------------------------------------------------------------- decision rule
+
+
+def test_decide_family_uses_admissible_criteria_only():
+    """A NO on an inadmissible criterion does not count; a family with no admissible
+    criterion is UNTESTABLE, never NO; failed preconditions make it NOT EVALUABLE."""
+    adm = {"A": ("heldout",), "B": ()}
+    d = {"heldout": YES, "depth_convergence": NO}
+    assert decide_family(d, "A", adm)[0] == YES
+    assert decide_family(d, "B", adm)[0] == UNTESTABLE
+    assert decide_family({"heldout": NO}, "A", adm)[0] == NO
+    assert decide_family({"heldout": INCONCLUSIVE}, "A", adm)[0] == INCONCLUSIVE
+    assert decide_family({"heldout": NOT_EVALUABLE}, "A", adm)[0] == NOT_EVALUABLE
+    ans, why = decide_family(d, "A", adm, ["spectral radius 1.01 >= 1"])
+    assert ans == NOT_EVALUABLE and "1.01" in why
+
+
+def test_protocol_hash_is_canonical():
+    """The hash is a function of the protocol's content: the same for an equal copy,
+    different when a threshold changes."""
+    copy = json.loads(json.dumps(PROTOCOL, default=str))
+    assert len(protocol_hash()) == 64
+    changed = dict(PROTOCOL, preconditions=dict(PROTOCOL["preconditions"], accuracy_min=0.9))
+    assert protocol_hash(changed) != protocol_hash()
+    assert protocol_hash(copy) == protocol_hash()
