@@ -40,9 +40,11 @@ class LinearResponse(eqx.Module):
     - `measured_omega2`: the stiffness each measured rate implies at the fitted
       $(m, \\gamma)$, $\\mathrm{Re}(-(m s^2 + \\gamma s))$ (Shannon predicts $T$ for all).
     - `max_error`: the largest error over the non-fitted rates (the statistic of the
-      `linear_response` criterion); `within_20`: `max_error <= 0.2`. A slowest mode that
-      does not decay ($\\mathrm{Re}\\,s \\ge 0$, e.g. a loop map with spectral radius above
-      1) has no damped counterpart: every error is then 1 and `mass`, `damping` are NaN.
+      `linear_response` criterion); `within_20`: `max_error <= 0.2`.
+    - `not_evaluable`: None, or why the comparison cannot be made. A slowest mode that
+      does not decay ($\\mathrm{Re}\\,s \\ge 0$, e.g. a loop map with spectral radius at or
+      above 1: no fixed point to linearize at) has no damped counterpart: the errors,
+      `max_error`, `mass` and `damping` are then NaN and the reason states the modulus.
     - `n_unmatched`: measured rates without a predicted partner (more attention modes than
       the dynamics has) plus predicted roots without a measured one.
     """
@@ -58,6 +60,7 @@ class LinearResponse(eqx.Module):
     max_error: float
     within_20: bool
     n_unmatched: int
+    not_evaluable: str | None = None
 
 
 # an attention component this small relative to the largest is round-off (float64)
@@ -170,11 +173,14 @@ def linear_response(
     if s.size == 0:
         raise ValueError("no eigenvector of the jacobian has an attention component")
     if s[0].real >= 0:
-        # a mode that does not decay: no damped dynamics (gamma > 0) has one
-        errors = np.ones(len(s))
-        return LinearResponse(float("nan"), float("nan"), s, np.full(len(s), np.nan + 0j),
-                              errors, omega2, np.full(len(s), np.nan), np.zeros(len(s), bool),
-                              1.0, False, len(s))
+        # a mode that does not decay: a failed precondition (no fixed point to linearize
+        # at), not a measured disagreement with the damped dynamics
+        nan = np.full(len(s), np.nan)
+        why = (f"the slowest attention mode does not decay: |lambda| = "
+               f"{float(np.abs(lam[order[0]])):.4g} >= 1 (spectral radius "
+               f"{float(np.max(np.abs(lam_all))):.4g})")
+        return LinearResponse(float("nan"), float("nan"), s, nan + 0j, nan, omega2, nan,
+                              np.zeros(len(s), bool), float("nan"), False, len(s), why)
     # the slowest measured rate belongs to the eigenspace it overlaps most
     k0 = int(np.argmax(overlap[0]))
     fast_hidden = False

@@ -87,8 +87,8 @@ def figure(plt, rows, controls_ok, level, L, cfg, min_spread):
     ax.plot(lim, lim, "k-", lw=0.8)
     ax.set(xlabel="predicted decay rate (relaxation_spectrum)",
            ylabel="measured decay rate (loop Jacobian)",
-           title="linear response (a group whose slowest mode does\nnot decay has no "
-                 "prediction: error 1, not drawn)")
+           title="linear response (a seed whose slowest mode does\nnot decay is not "
+                 "evaluable: not drawn)")
     ax.legend(fontsize=6)
     # held-out rms per method
     ax = fig.add_subplot(gsp[2, :2])

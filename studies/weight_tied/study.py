@@ -35,8 +35,15 @@ Per model, on `problems` pointer problems (half fit, half held out), every head:
    equal-parameter linear score dynamics.
 The fixed point is reported after 4L loops on every problem (residual, spread from random
 initial states) and after `fp_loops`, where the loop map is linearized.
-`verdict` reads the bootstrap intervals over seeds (at `CRITERION_LEVEL`); if the
-controls do not come out as they must, every overall answer is INCONCLUSIVE.
+Three tests of the paths' shape are added by the protocol (`protocol.py`): the free mobility
+exponent, Shannon's isotropy and support revival. Every criterion reads the bootstrap
+interval over seeds (at `CRITERION_LEVEL`); a criterion without one is NOT EVALUABLE, with
+its reason. Each seed's preconditions are recorded with numbers (accuracy, spectral radius,
+endpoints from random starts, depth ratio); the criteria are read on the seeds that pass
+them, and a group with fewer than two such seeds is NOT EVALUABLE. The answer comes from the
+criteria the calibration found admissible for the family (`protocol.decide_family`): a
+family with none is UNTESTABLE. If the controls do not come out as they must (positive YES,
+negatives NO), no YES or NO of a normalizer stands (INCONCLUSIVE).
 
     python studies/weight_tied [--quick] [--out figures] [--workers 2]
 
@@ -49,6 +56,7 @@ that the pipeline runs end to end and that its controls come out, not the answer
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -58,10 +66,21 @@ from _common import setup, write_outputs
 from .evidence_heldout import METHODS, heldout_prediction
 from .evidence_paths import depth_convergence, mobility_regression
 from .evidence_response import linear_response
+from .evidence_shape import isotropy, support_revival
 from .figures import fig_paths, figure, fmt_iv
 from .fixed_point import fixed_point_report
 from .model import LoopedConfig, init_looped
 from .paths import evaluate_looped, extract_paths
+from .protocol import (
+    ADMISSIBLE,
+    NOT_EVALUABLE,
+    PRECONDITIONS,
+    PROTOCOL,
+    PROTOCOL_CRITERIA,
+    PROTOCOL_VERSION,
+    decide_family,
+    protocol_hash,
+)
 from .task import pointer_task, task_batch
 from .training import train_looped
 from .verdict import CRITERION_LEVEL, bootstrap_ci, verdict
@@ -323,17 +342,107 @@ def analyse(fd, g, ds, level):
         mob = mobility_regression(paths, ds[0]["t"][:2 * L + 1], zs, e,
                                      float(ds[0]["T"]), units=seeds, level=level,
                                      min_spread=MOBILITY_MIN_SPREAD)
-    lr_unit = np.array([np.nanmean([lr.max_error if lr is not None else np.nan
-                                    for lr in d["lr"]]) for d in ds])
-    lr_iv = bootstrap_ci(lr_unit, level=level)
+    errs = [[np.nan if lr is None else lr.max_error for lr in d["lr"]] for d in ds]
+    lr_unit = np.array([np.nanmean(e) if np.any(np.isfinite(e)) else np.nan for e in errs])
     ho_iv, ho_means = heldout_interval(fd, ds, level)
-    # N/A where the regressor does not vary (Shannon) or too little to identify a slope
+    shape = shape_tests(fd, g, ds, seeds, level, L)
+    reasons = dict(shape["reasons"])
+    lr_iv = None
+    if np.sum(np.isfinite(lr_unit)) >= 2:
+        lr_iv = bootstrap_ci(lr_unit, level=level)
+    else:
+        why = sorted({lr.not_evaluable for d in ds for lr in d["lr"]
+                      if lr is not None and lr.not_evaluable})
+        reasons["linear_response"] = (f"{int(np.sum(np.isfinite(lr_unit)))} seed(s) with a "
+                                      "fixed-point spectrum (2 needed)"
+                                      + (": " + "; ".join(why) if why else ""))
+    # not evaluable where the regressor does not vary (Shannon) or too little for a slope
     identified = mob is not None and np.isfinite(mob.slope.estimate)
+    if not identified:
+        reasons["mobility_slope"] = ("Shannon: rho G' = 1, no regressor" if mob is None else
+                                     f"regressor spread {mob.spread:.3g} < "
+                                     f"{MOBILITY_MIN_SPREAD}")
     intervals = {"depth_convergence": dc.ratio,
                  "mobility_slope": mob.slope if identified else None,
-                 "linear_response": lr_iv, "heldout": ho_iv}
+                 "linear_response": lr_iv, "heldout": ho_iv, **shape["intervals"]}
     return dict(intervals=intervals, depth=dc, mobility=mob, lr_unit=lr_unit,
-                heldout_means=ho_means)
+                heldout_means=ho_means, reasons=reasons)
+
+
+def shape_tests(fd, g, ds, seeds, level, L):
+    """The protocol's tests of the paths' shape: the free mobility exponent (no spread
+    rule), Shannon's isotropy and support revival; intervals over seeds, or None with the
+    reason."""
+    e = g["entropy"]
+    N = ds[0]["attn"].shape[-1]
+    paths = np.concatenate([d["attn"][:, :, :2 * L + 1].reshape(-1, 2 * L + 1, N) for d in ds])
+    full = np.concatenate([d["attn"].reshape((-1,) + d["attn"].shape[2:]) for d in ds])
+    zs = np.concatenate([d["z_star"].reshape(-1, N) for d in ds])
+    t, T = ds[0]["t"][:2 * L + 1], float(ds[0]["T"])
+    out, reasons = {}, {}
+    out["mobility_exponent"] = None
+    if e.name == "Shannon":
+        reasons["mobility_exponent"] = "Shannon: rho G' = 1, no regressor"
+    else:
+        mob = mobility_regression(paths, t, zs, e, T, units=seeds, level=level, min_spread=0.0)
+        if np.isfinite(mob.slope.estimate):
+            out["mobility_exponent"] = mob.slope
+        else:
+            reasons["mobility_exponent"] = f"regressor spread {mob.spread:.3g}: no slope"
+    out["isotropy"] = None
+    if e.name == "Shannon":
+        iso = isotropy(paths, t, zs, T, units=seeds, level=level)
+        out["isotropy"] = iso.slope if np.isfinite(iso.slope.estimate) else None
+        if out["isotropy"] is None:
+            reasons["isotropy"] = f"log rho spread {iso.spread:.3g}: no slope"
+    else:
+        reasons["isotropy"] = "defined for Shannon only"
+    sr = support_revival(full, units=seeds, level=level)
+    out["support_revival"] = sr.fraction
+    if sr.fraction is None:
+        reasons["support_revival"] = "no key left the support"
+    return dict(intervals=out, reasons=reasons)
+
+
+def preconditions(d, depth_ratio):
+    """The protocol's preconditions of one model, with numbers: (values, failed reasons)."""
+    P = PRECONDITIONS
+    fp = d["fixed_point"]
+    values = dict(accuracy=float(d["accuracy"]), spectral_radius=fp["spectral_radius"],
+                  endpoint_distance=fp["path_distance_4L"], depth_ratio=float(depth_ratio))
+    failed = []
+    if not values["accuracy"] >= P["accuracy_min"]:
+        failed.append(f"accuracy {values['accuracy']:.3f} < {P['accuracy_min']}")
+    if not values["spectral_radius"] < P["spectral_radius_max"]:
+        failed.append(f"spectral radius {values['spectral_radius']:.4f} >= "
+                      f"{P['spectral_radius_max']}")
+    if not values["endpoint_distance"] <= P["endpoint_distance_max"]:
+        failed.append(f"endpoints {values['endpoint_distance']:.3g} apart (Fisher-Rao) > "
+                      f"{P['endpoint_distance_max']}")
+    if not values["depth_ratio"] >= P["depth_ratio_min"]:
+        failed.append(f"depth ratio {values['depth_ratio']:.3g} < {P['depth_ratio_min']}")
+    return values, failed
+
+
+def protocol_answer(fd, g, ds, a, level):
+    """The protocol's answer for one group: preconditions per seed; the criteria read on the
+    seeds that pass them (all seeds if every one passes); NOT EVALUABLE where fewer than 2
+    pass or a criterion has no interval; the admissible criteria decide (`decide_family`)."""
+    gaps = a["depth"].unit_gaps
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = gaps[:, 0] / gaps[:, 1]
+    pre = [preconditions(d, r) for d, r in zip(ds, ratios)]
+    ok = [i for i, (_, failed) in enumerate(pre) if not failed]
+    failed = []
+    if len(ok) < 2:
+        failed = [f"{len(ds) - len(ok)} of {len(ds)} seeds fail a precondition (2 must pass): "
+                  + "; ".join(sorted({r for _, f in pre for r in f}))]
+    used = a if len(ok) in (len(ds), 0, 1) else analyse(fd, g, [ds[i] for i in ok], level)
+    v = verdict(used["intervals"], criteria=PROTOCOL_CRITERIA)
+    decisions = {n: (NOT_EVALUABLE if d == "N/A" else d) for n, d in v.decisions.items()}
+    answer, why = decide_family(decisions, g["entropy"].name, preconditions_failed=failed)
+    return dict(verdict=v, decisions=decisions, answer=answer, reason=why, preconditions=pre,
+                seeds_used=ok if not failed else [], reasons=used["reasons"])
 
 
 def iv_json(iv):
@@ -459,23 +568,29 @@ def main(argv=None):
     task_curves = [d["accuracy_by_loop"] for d in ds_of[-1]]
 
     # --------------------------------------------------------------------- verdicts
-    verdicts = {g["name"]: verdict(a["intervals"]) for g, _, a in results}
+    answers = {g["name"]: protocol_answer(fd, g, ds, a, level) for g, ds, a in results}
     pos = [g["name"] for g in G if g["role"] == "positive"]
     neg = [g["name"] for g in G if g["role"] == "negative"]
-    pos_ok = all(verdicts[n].overall == "YES" for n in pos)
-    neg_ok = all("NO" in verdicts[n].decisions.values() for n in neg)
+    pos_ok = all(answers[n]["answer"] == "YES" for n in pos)
+    neg_ok = all(answers[n]["answer"] == "NO" for n in neg)
     controls_ok = pos_ok and neg_ok
-    for n in pos:
-        ledger.check(f"{n}: criteria saying YES (of applicable)",
-                     sum(v == "YES" for v in verdicts[n].decisions.values()),
-                     sum(v != "N/A" for v in verdicts[n].decisions.values()), tol=0,
-                     explain="positive control: the dynamics is the Fisher relaxation")
-    for n in neg:
-        ledger.check(f"{n}: criteria saying NO", min(1, sum(
-            v == "NO" for v in verdicts[n].decisions.values())), 1, tol=0,
-            explain="negative control: at least one criterion must say NO")
-    final = {g["name"]: verdict(a["intervals"], controls_ok=controls_ok)
-             for g, _, a in results if g["role"] == "normalizer"}
+    for n in pos + neg:
+        want = "YES" if n in pos else "NO"
+        key = f"{n}: protocol answer is {want} (1 if so)"
+        got, why = float(answers[n]["answer"] == want), answers[n]["reason"]
+        if args.quick:  # a few training steps: no precondition can hold, nothing to decide
+            ledger.note(key, got, explain=why)
+        else:
+            ledger.check(key, got, 1.0, tol=0, explain=why)
+    final = {}
+    for g, _, _ in results:
+        ans = answers[g["name"]]
+        if g["role"] == "normalizer" and not controls_ok and ans["answer"] in ("YES", "NO"):
+            ans["reason"] = f"controls did not come out (was {ans['answer']}: {ans['reason']})"
+            ans["answer"] = "INCONCLUSIVE"
+        final[g["name"]] = dataclasses.replace(ans["verdict"], overall=ans["answer"],
+                                               decisions=ans["decisions"],
+                                               controls_ok=controls_ok)
 
     # the task control: pointer chasing needs depth, one-hop recall does not
     need = {g["name"]: depth_need(fd, [d["accuracy_by_loop"] for d in ds], level)
@@ -527,18 +642,19 @@ def main(argv=None):
     print(f"\n[{NAME}] criteria at level {level:.4f} (intervals over seeds)")
     table_rows = []
     for g, ds, a in results:
-        v = final.get(g["name"], verdicts[g["name"]])
+        v = final[g["name"]]
         print(f"--- {g['name']} ({g['role']}): accuracy "
               f"{np.mean([d['accuracy'] for d in ds]):.3f}")
         print(v.table())
+        print(f"    answer: {v.overall} ({answers[g['name']]['reason']})")
         table_rows.append((g, ds, a, v))
     if not controls_ok:
-        why = ([] if pos_ok else ["the positive control was not YES on every criterion"]) + (
-            [] if neg_ok else ["a negative control had no NO"])
-        print(f"[{NAME}] CONTROLS FAILED ({'; '.join(why)}): every answer is INCONCLUSIVE")
-    answer = {n: v.overall for n, v in final.items()}
+        why = ([] if pos_ok else ["a positive control's answer was not YES"]) + (
+            [] if neg_ok else ["a negative control's answer was not NO"])
+        print(f"[{NAME}] CONTROLS FAILED ({'; '.join(why)}): no YES or NO stands")
+    answer = {g["name"]: final[g["name"]].overall for g in G if g["role"] == "normalizer"}
     for n, v in answer.items():
-        ledger.note(f"verdict {n}: YES=1 NO=0 INCONCLUSIVE=0.5",
+        ledger.note(f"verdict {n}: YES=1 NO=0 otherwise 0.5 (see data)",
                     {"YES": 1.0, "NO": 0.0}.get(v, 0.5), fmt=".1f")
     ledger.headline("verdict", "; ".join(f"{n}: {v}" for n, v in answer.items()))
     ledger.headline("controls", "controls as required" if controls_ok else "controls FAILED")
@@ -550,6 +666,7 @@ def main(argv=None):
     ledger.timing("measurement and fits", t_measure)
 
     data = dict(
+        protocol_version=PROTOCOL_VERSION, protocol_sha256=protocol_hash(), protocol=PROTOCOL,
         settings=dict(model=MODEL, **{k: v for k, v in S.items()}, level=level,
                       positive=POSITIVE, linear=LINEAR, deq=DEQ, heldout_fit=HELDOUT,
                       recovery_tol=RECOVERY_TOL),
@@ -558,6 +675,13 @@ def main(argv=None):
             name=g["name"], role=g["role"], entropy=repr(g["entropy"]),
             accuracy=[d["accuracy"] for d in ds],
             decisions=v.decisions, overall=v.overall,
+            answer_reason=answers[g["name"]]["reason"],
+            admissible=list(ADMISSIBLE.get(g["entropy"].name, ())),
+            not_evaluable={k: r for k, r in answers[g["name"]]["reasons"].items()
+                           if v.decisions.get(k) == NOT_EVALUABLE},
+            preconditions=[dict(values=pv, failed=pf)
+                           for pv, pf in answers[g["name"]]["preconditions"]],
+            seeds_used=answers[g["name"]]["seeds_used"],
             intervals={k: iv_json(iv) for k, iv in v.intervals.items()},
             holm_pvalues=v.holm_pvalues,
             depth_gaps=[a["depth"].gap_L_2L, a["depth"].gap_2L_4L],
