@@ -12,8 +12,6 @@ the family's parameters are the dense path's exact ones in memory linear in N.
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 
@@ -25,24 +23,17 @@ _BLOCK_BYTES = 1 << 23
 _DENSE_BYTES = 1 << 26
 
 
-def _score_bytes(q, k):
-    batch = jnp.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-    itemsize = jnp.result_type(q.dtype, k.dtype).itemsize
-    return math.prod(batch) * q.shape[-2] * k.shape[-2] * max(itemsize, 4), math.prod(batch)
-
-
-def query_block_size(q, k, block_size):
-    """The number of query rows per block, or None for the dense path.
+def query_block_size(n_q, n_k, batch, itemsize, block_size):
+    """The number of query rows per block, or None for the dense path, for scores of shape
+    `(batch..., n_q, n_k)` (`batch`: the product of the batch axes) of `itemsize` bytes.
 
     `block_size=None` is automatic: dense while the scores take at most `_DENSE_BYTES`,
     else blocks whose scores take about `_BLOCK_BYTES`. An explicit size of at least `n_q`
     is the dense path."""
-    n_q = q.shape[-2]
     if block_size is None:
-        total, batch = _score_bytes(q, k)
-        if total <= _DENSE_BYTES:
+        per_row = batch * n_k * max(itemsize, 4)  # (half precision is solved in float32)
+        if per_row * n_q <= _DENSE_BYTES:
             return None
-        per_row = total // max(n_q, 1)
         return max(1, min(n_q, _BLOCK_BYTES // max(per_row, 1)))
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive int or None, got {block_size!r}")
@@ -67,27 +58,53 @@ def _per_query(x, axis, n_q):
     return x is not None and jnp.ndim(x) >= -axis and jnp.shape(x)[axis] == n_q and n_q > 1
 
 
+def in_query_blocks(fn, per_query, n_q, block, out_axis):
+    """`fn(**inputs)` evaluated `block` query rows at a time, in a `lax.map` whose body is
+    rematerialized under differentiation (`jax.checkpoint`).
+
+    **Arguments:**
+    - `fn`: computes the output rows of the queries it is given; rowwise in the queries.
+    - `per_query`: `{name: (x, axis, fill)}`; an `x` whose axis `axis` (from the end) has
+      length `n_q` is cut into blocks (padded with `fill`), any other (None, or broadcast
+      along the queries) is passed whole to every block.
+    - `out_axis`: the query axis of `fn`'s output, from the end.
+
+    **Returns:** `fn` on all the queries, assembled from the blocks."""
+    split, shared = {}, {}
+    for name, (x, axis, fill) in per_query.items():
+        if _per_query(x, axis, n_q):
+            split[name] = _split(jnp.asarray(x), axis, n_q, block, fill)
+        else:
+            shared[name] = x
+
+    @jax.checkpoint
+    def one_block(blocks):
+        return fn(**shared, **blocks)
+
+    out = jax.lax.map(one_block, split)  # (count, ..., block, ...)
+    axis = out.ndim + out_axis  # the block axis, counted with the leading count axis
+    out = jnp.moveaxis(out, 0, axis - 1)
+    out = out.reshape(out.shape[:axis - 1] + (-1,) + out.shape[axis + 1:])
+    return jax.lax.slice_in_dim(out, 0, n_q, axis=axis - 1)
+
+
 def blockwise_attention(dense, q, k, v, *, entropy, T, mask, bias, block):
     """`dense(q, k, v, entropy=..., T=..., mask=..., bias=...)` evaluated `block` query
     rows at a time (see the module docstring). `T` is a scalar or broadcasts against the
     score batch shape `(..., n_q)`; `mask` and `bias` against `(..., n_q, n_k)`.
 
     **Returns:** `(..., n_q, d_v)`, equal row for row to `dense` on the whole input."""
-    n_q = q.shape[-2]
-    split = {}
-    for name, x, axis, fill in (("q", q, -2, 0.0), ("mask", mask, -2, True),
-                                ("bias", bias, -2, 0.0), ("T", T, -1, 1.0)):
-        if _per_query(x, axis, n_q):
-            split[name] = _split(jnp.asarray(x), axis, n_q, block, fill)
-    shared = {"q": q, "mask": mask, "bias": bias, "T": T}
 
-    @jax.checkpoint
-    def one_block(blocks):
-        args = {**shared, **blocks}
-        return dense(args["q"], k, v, entropy=entropy, T=args["T"], mask=args["mask"],
-                     bias=args["bias"])
+    def rows(q, mask, bias, T):
+        return dense(q, k, v, entropy=entropy, T=T, mask=mask, bias=bias)
 
-    out = jax.lax.map(one_block, split)  # (count, ..., block, d_v)
-    out = jnp.moveaxis(out, 0, -3)
-    out = out.reshape(out.shape[:-3] + (out.shape[-3] * block, out.shape[-1]))
-    return out[..., :n_q, :]
+    per_query = {"q": (q, -2, 0.0), "mask": (mask, -2, True), "bias": (bias, -2, 0.0),
+                 "T": (T, -1, 1.0)}
+    return in_query_blocks(rows, per_query, q.shape[-2], block, -2)
+
+
+def causal_mask(rows, n_k):
+    """The causal mask `key <= query` of the query positions `rows`, `(len(rows), n_k)`:
+    a block of queries builds its rows from their positions (cut into blocks with the
+    queries) instead of slicing an `(n_q, n_k)` mask."""
+    return rows[:, None] >= jnp.arange(n_k)[None, :]

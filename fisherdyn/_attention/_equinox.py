@@ -19,6 +19,7 @@ from jaxtyping import PRNGKeyArray
 from .._custom_types import Array, ArrayLike, Bool, Float
 from .._entropies import AbstractEntropy, Shannon
 from .._misc import check_entropy
+from ._blockwise import in_query_blocks, query_block_size
 from ._normalizer import _boolean_mask, _relative_temperature, _weights_from_logits
 
 __all__ = ["MultiheadAttention"]
@@ -53,6 +54,7 @@ class MultiheadAttention(eqx.Module):
     dropout: eqx.nn.Dropout
     entropy: AbstractEntropy
     T: float | Array | None
+    block_size: int | None = eqx.field(static=True)
 
     num_heads: int = eqx.field(static=True)
     query_size: int = eqx.field(static=True)
@@ -85,6 +87,7 @@ class MultiheadAttention(eqx.Module):
         *,
         entropy: AbstractEntropy = Shannon(),
         T: float | ArrayLike | None = None,
+        block_size: int | None = None,
         key: PRNGKeyArray,
     ):
         """**Arguments:** those of `eqx.nn.MultiheadAttention` (the same defaults), and
@@ -93,6 +96,10 @@ class MultiheadAttention(eqx.Module):
         - `T`: the temperature of the per-head scores $\\tilde q\\cdot\\tilde k$ (keyword
           only); `None` means $\\sqrt{d_{qk}}$, the standard scaling. A scalar, or an array
           broadcastable to `(num_heads, q_seq, 1)`, e.g. one per head `(num_heads, 1, 1)`.
+        - `block_size`: query rows per block of the blockwise evaluation, as in
+          `fd.attention` (keyword only; `None`: automatic, dense up to 64 MiB of logits).
+          Dropout on the weights needs them whole: it takes the dense path (an explicit
+          `block_size` with active dropout is an error).
         - `key`: the PRNG key of the initialization; the same key gives the same parameters
           as `eqx.nn.MultiheadAttention`.
         """
@@ -110,6 +117,7 @@ class MultiheadAttention(eqx.Module):
         self.dropout = ref.dropout
         self.entropy = entropy
         self.T = T
+        self.block_size = block_size
         self.num_heads = ref.num_heads
         self.query_size = ref.query_size
         self.key_size = ref.key_size
@@ -165,7 +173,11 @@ class MultiheadAttention(eqx.Module):
             )
             if (query_heads.shape, key_heads.shape, value_heads.shape) != shapes:
                 raise ValueError("process_heads must not change the shape of the heads.")
-        weights = self._weights(query_heads, key_heads, mask)
+        block = self._block(query_heads, key_heads, inference)
+        if block is not None:
+            attn = self._blockwise(query_heads, key_heads, value_heads, mask, block)
+            return jax.vmap(self.output_proj)(attn.reshape(q_len, -1))
+        weights = self._weights(query_heads, key_heads, mask, self.T)
         if key is None:
             weights = self.dropout(weights, key=None, inference=inference)
         else:  # one key per head, as Equinox draws them
@@ -175,8 +187,32 @@ class MultiheadAttention(eqx.Module):
         attn = jnp.einsum("hsS,Shd->shd", weights, value_heads).reshape(q_len, -1)
         return jax.vmap(self.output_proj)(attn)
 
-    def _weights(self, query_heads, key_heads, mask):
-        """$\\rho$ of shape `(num_heads, q_seq, kv_seq)`."""
+    def _block(self, query_heads, key_heads, inference):
+        """Query rows per block, or None for the dense path (always with active dropout)."""
+        if jnp.issubdtype(query_heads.dtype, jnp.complexfloating):
+            return None  # (the complex softmax takes the dense path)
+        n_q, heads, _ = query_heads.shape
+        itemsize = jnp.result_type(query_heads.dtype, key_heads.dtype).itemsize
+        block = query_block_size(n_q, key_heads.shape[0], heads, itemsize, self.block_size)
+        inference = self.dropout.inference if inference is None else inference
+        if block is not None and self.dropout.p > 0 and not inference:
+            if self.block_size is not None:
+                raise ValueError("block_size: dropout on the attention weights needs them "
+                                 "whole; leave block_size=None or call with inference=True")
+            return None
+        return block
+
+    def _blockwise(self, query_heads, key_heads, value_heads, mask, block):
+        """`(q_seq, num_heads, vo_size)` from blocks of `block` query rows."""
+        def rows(query, mask, T):
+            weights = self._weights(query, key_heads, mask, T)
+            return jnp.einsum("hsS,Shd->shd", weights, value_heads)
+
+        per_query = {"query": (query_heads, -3, 0), "mask": (mask, -2, 1), "T": (self.T, -2, 1)}
+        return in_query_blocks(rows, per_query, query_heads.shape[0], block, -3)
+
+    def _weights(self, query_heads, key_heads, mask, T):
+        """$\\rho$ of shape `(num_heads, q_seq, kv_seq)` at the temperature `T`."""
         depth = query_heads.shape[-1]
         # the same rounding as Equinox: scale the query, then contract
         query_heads = query_heads / math.sqrt(depth)
@@ -190,7 +226,7 @@ class MultiheadAttention(eqx.Module):
                     f"{logits.shape}. Got {keep.shape}."
                 )
             keep = jnp.broadcast_to(keep, logits.shape)
-        tau = _relative_temperature(self.T, depth)
+        tau = _relative_temperature(T, depth)
         return _weights_from_logits(self.entropy, logits, tau, keep).astype(logits.dtype)
 
     def _project(self, proj, x):

@@ -9,6 +9,7 @@ nothing from Flax (Flax stays an optional dependency) except to sow weights into
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import jax
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 from .._custom_types import Array, ArrayLike, Float
 from .._entropies import AbstractEntropy, Shannon
 from .._misc import check_entropy
+from ._blockwise import causal_mask, in_query_blocks, query_block_size
 from ._normalizer import _boolean_mask, _relative_temperature, _weights_from_logits
 
 __all__ = ["flax_attention_fn"]
@@ -96,9 +98,11 @@ def _dropout(weights, rng, rate, broadcast, key_ndim):
     return weights * multiplier
 
 
-def _logits(query, key, value, bias, mask, is_causal, dtype, promote_dtype, qk_einsum):
+def _logits(query, key, value, bias, mask, is_causal, dtype, promote_dtype, qk_einsum,
+            rows=None):
     """Flax's promotion, grouped heads, scaling and masks: `(logits, keep, value, dtype,
-    key_ndim, depth)`, `keep` None or boolean of the logits' shape."""
+    key_ndim, depth)`, `keep` None or boolean of the logits' shape. `rows`: the positions
+    of the queries when they are a block of a longer sequence (for the causal mask)."""
     if promote_dtype is None:
         query, key, value = _promote(query, key, value, dtype=dtype)
     else:  # nnx's convention: one tuple in, the promoted tuple out
@@ -118,7 +122,8 @@ def _logits(query, key, value, bias, mask, is_causal, dtype, promote_dtype, qk_e
         logits = logits + bias
     keep = _boolean_mask(mask)
     if is_causal:
-        causal = jnp.tril(jnp.ones(logits.shape[-2:], bool))
+        rows = jnp.arange(logits.shape[-2]) if rows is None else rows
+        causal = causal_mask(rows, logits.shape[-1])
         keep = causal if keep is None else keep & causal
     if keep is not None:
         keep = jnp.broadcast_to(keep, logits.shape)
@@ -126,7 +131,10 @@ def _logits(query, key, value, bias, mask, is_causal, dtype, promote_dtype, qk_e
 
 
 def flax_attention_fn(
-    entropy: AbstractEntropy = Shannon(), T: float | ArrayLike | None = None
+    entropy: AbstractEntropy = Shannon(),
+    T: float | ArrayLike | None = None,
+    *,
+    block_size: int | None = None,
 ) -> Callable[..., Float[Array, "*batch q_length num_heads v_depth"]]:
     """A drop-in for `flax.linen.dot_product_attention` normalized by an entropy family.
 
@@ -178,6 +186,8 @@ def flax_attention_fn(
     - `T`: the temperature of the scores $q\\cdot k$; `None` means $\\sqrt{d}$ (Flax's
       scaling). A scalar, or an array broadcastable to `[batch..., num_heads, q_length, 1]`
       (e.g. one per head, `[num_heads, 1, 1]`).
+    - `block_size`: query rows per block, as in `attention`; sowing (`module`) and dropout
+      on the weights take the dense path (with an explicit `block_size`, an error).
 
     **Returns:** the `attention_fn`.
     """
@@ -206,17 +216,13 @@ def flax_attention_fn(
         qk_einsum, av_einsum = _einsums(
             precision, einsum_dot_general, qk_attn_weights_einsum, attn_weights_value_einsum
         )
+        if block := _flax_block(query, key, module, deterministic, dropout_rate, block_size):
+            return _in_blocks(functools.partial(
+                _flax_rows, entropy, key, value, is_causal, dtype, promote_dtype, qk_einsum,
+                av_einsum, force_fp32_for_softmax), query, bias, mask, T, block)
         logits, keep, value, dtype, key_ndim, depth = _logits(
-            query, key, value, bias, mask, is_causal, dtype, promote_dtype, qk_einsum
-        )
-        if force_fp32_for_softmax and jnp.issubdtype(dtype, jnp.complexfloating):
-            raise ValueError("force_fp32_for_softmax=True would drop the imaginary part of "
-                             "complex logits: leave it False (the softmax is then complex)")
-        if force_fp32_for_softmax and dtype != jnp.float32:
-            logits = logits.astype(jnp.float32)  # and the weights stay float32, as in Flax
-        weights = _weights_from_logits(entropy, logits, _relative_temperature(T, depth), keep)
-        if not force_fp32_for_softmax:
-            weights = weights.astype(dtype)
+            query, key, value, bias, mask, is_causal, dtype, promote_dtype, qk_einsum)
+        weights = _flax_weights(entropy, logits, keep, T, depth, dtype, force_fp32_for_softmax)
         if module is not None:
             _sow(module, weights)
         if not deterministic and dropout_rate > 0.0:
@@ -224,3 +230,53 @@ def flax_attention_fn(
         return av_einsum("...hqk,...khd->...qhd", weights, value)
 
     return attention_fn
+
+
+def _flax_weights(entropy, logits, keep, T, depth, dtype, force_fp32_for_softmax):
+    """The weights of Flax's logits, in Flax's dtype (float32 with `force_fp32_for_softmax`)."""
+    if force_fp32_for_softmax and jnp.issubdtype(dtype, jnp.complexfloating):
+        raise ValueError("force_fp32_for_softmax=True would drop the imaginary part of "
+                         "complex logits: leave it False (the softmax is then complex)")
+    if force_fp32_for_softmax and dtype != jnp.float32:
+        logits = logits.astype(jnp.float32)  # and the weights stay float32, as in Flax
+    weights = _weights_from_logits(entropy, logits, _relative_temperature(T, depth), keep)
+    return weights if force_fp32_for_softmax else weights.astype(dtype)
+
+
+def _flax_rows(entropy, key, value, is_causal, dtype, promote_dtype, qk_einsum, av_einsum,
+               force_fp32_for_softmax, query, bias, mask, T, positions):
+    """The output rows of a block of queries at sequence positions `positions`."""
+    logits, keep, value, dtype, _, depth = _logits(
+        query, key, value, bias, mask, is_causal, dtype, promote_dtype, qk_einsum, positions)
+    weights = _flax_weights(entropy, logits, keep, T, depth, dtype, force_fp32_for_softmax)
+    return av_einsum("...hqk,...khd->...qhd", weights, value)
+
+
+def _in_blocks(rows, query, bias, mask, T, block):
+    """`rows(query, bias, mask, T, positions)` over blocks of `block` queries (Flax's
+    layout: the query axis is -3 of `query` and of the output, -2 of the others)."""
+    n_q = jnp.shape(query)[-3]
+    per_query = {"query": (query, -3, 0), "bias": (bias, -2, 0), "mask": (mask, -2, 1),
+                 "T": (T, -2, 1), "positions": (jnp.arange(n_q), -1, 0)}
+    return in_query_blocks(rows, per_query, n_q, block, -3)
+
+
+def _flax_block(query, key, module, deterministic, dropout_rate, block_size):
+    """Query rows per block for Flax's layout `[batch..., length, heads, depth]`, or None
+    for the dense path (always when the whole weights are needed: sown or dropped out)."""
+    whole = module is not None or (not deterministic and dropout_rate > 0.0)
+    query, key = jnp.asarray(query), jnp.asarray(key)
+    if query.ndim < 3 or key.ndim < 3:
+        return None  # (the dense path reports the shapes)
+    if jnp.issubdtype(query.dtype, jnp.complexfloating) or jnp.issubdtype(
+            key.dtype, jnp.complexfloating):
+        return None  # (the complex softmax takes the dense path)
+    batch = math.prod(jnp.broadcast_shapes(query.shape[:-3], key.shape[:-3])) * query.shape[-2]
+    itemsize = jnp.result_type(query.dtype, key.dtype).itemsize
+    block = query_block_size(query.shape[-3], key.shape[-3], batch, itemsize, block_size)
+    if whole and block is not None:
+        if block_size is not None:
+            raise ValueError("block_size: sowing the attention weights (`module`) and dropout "
+                             "on them need the whole weights; leave block_size=None there")
+        return None
+    return block

@@ -115,7 +115,9 @@ def attention(
     q, k = jnp.asarray(q), jnp.asarray(k)
     if q.ndim < 2 or k.ndim < 2:
         raise ValueError("q and k need shape (..., n, d_k)")
-    block = query_block_size(q, k, block_size)
+    batch = math.prod(jnp.broadcast_shapes(q.shape[:-2], k.shape[:-2]))
+    itemsize = jnp.result_type(q.dtype, k.dtype).itemsize
+    block = query_block_size(q.shape[-2], k.shape[-2], batch, itemsize, block_size)
     if block is None:
         return _dense_attention(q, k, v, entropy=entropy, T=T, mask=mask, bias=bias)
     if T is None:
