@@ -229,3 +229,22 @@ def test_equinox_drop_in_blocks():
     with pytest.raises(ValueError, match="block_size"):
         fd.MultiheadAttention(2, 12, dropout_p=0.1, block_size=16, key=jax.random.key(0))(
             x, x, x, key=jax.random.key(1))
+
+
+def test_is_causal():
+    """`is_causal=True` equals the explicit `jnp.tril` mask, dense and blockwise (combined
+    with a key-padding mask), float64, 1e-12 relative."""
+    entropy = fd.Tsallis(1.5)
+    q, k, v = _inputs(jnp.float64, 100, 100, 1)
+    padding = jnp.ones((1, 1, 100), bool).at[..., 90:].set(False)
+    tril = jnp.tril(jnp.ones((100, 100), bool)) & padding
+
+    @ft.partial(jax.jit, **RUN_ONCE)
+    def run(q, k, v):
+        causal = lambda block: fd.attention(  # noqa: E731
+            q, k, v, entropy=entropy, mask=padding, is_causal=True, block_size=block)
+        return causal(32), causal(None), fd.attention(q, k, v, entropy=entropy, mask=tril)
+
+    blocks, dense, explicit = run(q, k, v)
+    assert _rel(dense, explicit) <= 1e-12
+    assert _rel(blocks, explicit) <= 1e-12

@@ -88,18 +88,23 @@ def in_query_blocks(fn, per_query, n_q, block, out_axis):
     return jax.lax.slice_in_dim(out, 0, n_q, axis=axis - 1)
 
 
-def blockwise_attention(dense, q, k, v, *, entropy, T, mask, bias, block):
+def blockwise_attention(dense, q, k, v, *, entropy, T, mask, bias, block, is_causal=False):
     """`dense(q, k, v, entropy=..., T=..., mask=..., bias=...)` evaluated `block` query
     rows at a time (see the module docstring). `T` is a scalar or broadcasts against the
-    score batch shape `(..., n_q)`; `mask` and `bias` against `(..., n_q, n_k)`.
+    score batch shape `(..., n_q)`; `mask` and `bias` against `(..., n_q, n_k)`;
+    `is_causal` adds the causal mask, built per block.
 
     **Returns:** `(..., n_q, d_v)`, equal row for row to `dense` on the whole input."""
 
-    def rows(q, mask, bias, T):
+    def rows(q, mask, bias, T, positions):
+        if positions is not None:
+            causal = causal_mask(positions, k.shape[-2])
+            mask = causal if mask is None else jnp.asarray(mask) & causal
         return dense(q, k, v, entropy=entropy, T=T, mask=mask, bias=bias)
 
+    positions = jnp.arange(q.shape[-2]) if is_causal else None
     per_query = {"q": (q, -2, 0.0), "mask": (mask, -2, True), "bias": (bias, -2, 0.0),
-                 "T": (T, -1, 1.0)}
+                 "T": (T, -1, 1.0), "positions": (positions, -1, 0)}
     return in_query_blocks(rows, per_query, q.shape[-2], block, -2)
 
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from .._custom_types import Array, ArrayLike, Bool, Float, Temperature
 from .._entropies import AbstractEntropy, Shannon
 from .._stationary import refuse_complex, stationary
-from ._blockwise import blockwise_attention, query_block_size
+from ._blockwise import blockwise_attention, causal_mask, query_block_size
 
 __all__ = ["attention", "attention_weights"]
 
@@ -87,6 +87,7 @@ def attention(
     T: Temperature | None = None,
     mask: Bool[ArrayLike, "*#batch n_q n_k"] | None = None,
     bias: Float[ArrayLike, "*#batch n_q n_k"] | None = None,
+    is_causal: bool = False,
     block_size: int | None = None,
 ) -> Float[Array, "*batch n_q d_v"]:
     """Dot-product attention normalized by an entropy family's stationary map.
@@ -100,6 +101,8 @@ def attention(
     **Arguments:**
     - `q`: `(..., n_q, d_k)`; `k`: `(..., n_k, d_k)`; `v`: `(..., n_k, d_v)`.
     - `entropy`, `T`, `mask`, `bias` (keyword only): as in `attention_weights`.
+    - `is_causal`: query i attends to keys j <= i only (with `mask`, both apply), as
+      `jnp.tril` of an `(n_q, n_k)` array of ones, without forming it on the blockwise path.
     - `block_size`: query rows per block of the blockwise evaluation, which never forms
       the `(n_q, n_k)` scores: memory linear in the sequence length, the same weights row
       for row and exact gradients (each block's scores are recomputed in the backward
@@ -119,11 +122,14 @@ def attention(
     itemsize = jnp.result_type(q.dtype, k.dtype).itemsize
     block = query_block_size(q.shape[-2], k.shape[-2], batch, itemsize, block_size)
     if block is None:
+        if is_causal:
+            causal = causal_mask(jnp.arange(q.shape[-2]), k.shape[-2])
+            mask = causal if mask is None else jnp.asarray(mask) & causal
         return _dense_attention(q, k, v, entropy=entropy, T=T, mask=mask, bias=bias)
     if T is None:
         T = _default_T(q.shape[-1])
     return blockwise_attention(_dense_attention, q, k, v, entropy=entropy, T=T, mask=mask,
-                               bias=bias, block=block)
+                               bias=bias, block=block, is_causal=is_causal)
 
 
 def _dense_attention(q, k, v, *, entropy, T, mask, bias):
