@@ -45,7 +45,7 @@ from .protocol import (
     PROTOCOL,
     PROTOCOL_CRITERIA,
     PROTOCOL_VERSION,
-    protocol_hash,
+    criteria_hash,
 )
 from .verdict import CRITERION_LEVEL, NO, YES
 
@@ -353,8 +353,8 @@ def calibrate(S, log=print):
     table, admissible = tabulate(runs, S)
     at = str(ADMISSIBLE_SIGMA)
     return dict(
-        protocol_version=PROTOCOL_VERSION, protocol_sha256=protocol_hash(),
-        protocol=PROTOCOL,
+        protocol_version=PROTOCOL_VERSION, criteria_sha256=criteria_hash(),
+        protocol={k: v for k, v in PROTOCOL.items() if k != "admissible"},
         settings=dict(dynamics=DYNAMICS, heldout_fit=HELDOUT, level=CRITERION_LEVEL,
                       **{k: v for k, v in S.items()}),
         power=table, admissible_by_sigma=admissible,
@@ -374,7 +374,17 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="2 replicates, 2 noise levels, "
                    "alpha 0 and 1: for the tests")
     p.add_argument("--out", type=Path, default=Path("figures"))
+    p.add_argument("--families", default=None,
+                   help="comma-separated subset of shannon,tsallis,kaniadakis (default all); "
+                        "the families are independent, so runs of subsets can be merged")
+    p.add_argument("--merge", type=Path, nargs="+", default=None,
+                   help="merge these JSONs of family subsets (same settings) into --out")
+    p.add_argument("--table", type=Path, default=None,
+                   help="print the admissibility table of this calibration JSON (markdown)")
     args = p.parse_args(argv)
+    if args.table:
+        print(table_markdown(json.loads(args.table.read_text())))
+        return
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -383,10 +393,15 @@ def main(argv=None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    S = QUICK if args.quick else FULL
+    S = dict(QUICK if args.quick else FULL)
+    if args.families:
+        S["families"] = tuple(args.families.split(","))
     t0 = time.perf_counter()
-    data = calibrate(S, log=lambda s: print(f"[{NAME}] {s}", flush=True))
-    data["quick"] = bool(args.quick)
+    if args.merge:
+        data, S = merge([json.loads(f.read_text()) for f in args.merge])
+    else:
+        data = calibrate(S, log=lambda s: print(f"[{NAME}] {s}", flush=True))
+        data["quick"] = bool(args.quick)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{NAME}.json").write_text(json.dumps(data, indent=1, default=_json) + "\n")
     fig = figure(plt, data["power"], data["admissible_by_sigma"], S)
@@ -394,6 +409,46 @@ def main(argv=None):
     print(f"[{NAME}] admissible at sigma {ADMISSIBLE_SIGMA}: {data['admissible']}")
     print(f"[{NAME}] wrote {args.out / NAME}.json and .png in "
           f"{time.perf_counter() - t0:.0f} s")
+
+
+def table_markdown(data):
+    """Per family and criterion: P(YES) at alpha = 0 / P(NO) at alpha = 1 at every sigma,
+    and whether it is admissible at the protocol's sigma (a markdown table)."""
+    sigmas = data["settings"]["sigmas"]
+    head = ("| family | criterion | " + " | ".join(f"sigma {s}" for s in sigmas)
+            + " | admissible |")
+    rows = [head, "|" + "---|" * (len(sigmas) + 3)]
+    for fam, crits in data["power"].items():
+        for name, curves in crits.items():
+            cells = []
+            for s in sigmas:
+                r = curves[str(s)]
+                cells.append(f"{r[0]['p_yes']:.2f} / {r[-1]['p_no']:.2f}")
+            adm = data["admissible_by_sigma"][fam][name][str(ADMISSIBLE_SIGMA)]
+            rows.append(f"| {fam} | {name} | " + " | ".join(cells)
+                        + f" | {'**yes**' if adm else 'no'} |")
+    return "\n".join(rows)
+
+
+def merge(parts):
+    """One calibration JSON from runs of disjoint family subsets with equal settings (the
+    families share nothing: each has its own replicates)."""
+    first = parts[0]
+    keys = ("power", "admissible_by_sigma", "admissible", "not_evaluable_reasons")
+    out = {k: v for k, v in first.items() if k not in keys}
+    for k in keys:
+        out[k] = {}
+    fams = []
+    for part in parts:
+        same = {k: v for k, v in part["settings"].items() if k != "families"}
+        if same != {k: v for k, v in first["settings"].items() if k != "families"} or \
+                part["criteria_sha256"] != first["criteria_sha256"]:
+            raise ValueError("the parts were run with different settings or protocols")
+        fams += part["settings"]["families"]
+        for k in keys:
+            out[k].update(part[k])
+    out["settings"] = dict(first["settings"], families=fams)
+    return out, out["settings"]
 
 
 def _json(x):

@@ -9,6 +9,9 @@ is a new version, reported beside the old one.
 shape of the paths (`evidence_shape.py` and the free mobility exponent). Each reads the
 bootstrap interval of one statistic over units, at `CRITERION_LEVEL`.
 
+`criteria_hash` is the hash of everything but the admissible table: the calibration records
+it, since the table is its output.
+
 **Admissibility** (`ADMISSIBLE`): a criterion enters a family's verdict only if the
 calibration (`calibration.py`: synthetic paths of graded truth) found it saying YES on the
 family's own Fisher paths ($\\alpha = 0$) and NO on linear score relaxation ($\\alpha = 1$) in
@@ -38,6 +41,7 @@ __all__ = [
     "UNTESTABLE",
     "decide_family",
     "protocol_hash",
+    "criteria_hash",
 ]
 
 PROTOCOL_VERSION = "1.0"
@@ -62,7 +66,7 @@ ADMISSIBLE_FRACTION = 0.75
 # family -> criteria admissible at ADMISSIBLE_SIGMA; copied from CALIBRATION_RUN
 ADMISSIBLE: dict[str, tuple[str, ...]] = {
     "Shannon": (),
-    "Tsallis": (),
+    "Tsallis": ("linear_response",),
     "Kaniadakis": (),
 }
 CALIBRATION_RUN = "python studies/weight_tied calibrate (full mode)"
@@ -95,6 +99,12 @@ def protocol_hash(protocol: dict = PROTOCOL) -> str:
     text = json.dumps(protocol, sort_keys=True, default=str,
                       allow_nan=True).replace("Infinity", '"inf"')
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def criteria_hash() -> str:
+    """SHA-256 of the protocol without its admissible table: what the calibration ran and
+    records (the table is the calibration's result, so it cannot be part of its input)."""
+    return protocol_hash({k: v for k, v in PROTOCOL.items() if k != "admissible"})
 
 
 def decide_family(decisions: dict, family: str, admissible: dict | None = None,

@@ -23,6 +23,7 @@ from weight_tied.protocol import (
     PROTOCOL_CRITERIA,
     PROTOCOL_VERSION,
     UNTESTABLE,
+    criteria_hash,
     decide_family,
     protocol_hash,
 )
@@ -124,10 +125,10 @@ def test_quick_calibration_power_and_admissibility():
     the mobility slope says YES on every noise-free Fisher replicate and NO on every
     noise-free linear one (the known answer, docs/guides/weight_tied.md), every probability
     table sums to at most 1, and the admissibility follows the stated rule from the table.
-    The JSON records the protocol version and hash."""
+    The JSON records the protocol version and the hash of the criteria it calibrated."""
     data = cal.calibrate(cal.QUICK, log=lambda s: None)
     assert data["protocol_version"] == PROTOCOL_VERSION
-    assert data["protocol_sha256"] == protocol_hash()
+    assert data["criteria_sha256"] == criteria_hash() != protocol_hash()
     mob = data["power"]["Tsallis"]["mobility_slope"]["0.0"]
     assert mob[0]["alpha"] == 0.0 and mob[0]["p_yes"] == 1.0
     assert mob[-1]["alpha"] == 1.0 and mob[-1]["p_no"] == 1.0
@@ -142,8 +143,6 @@ def test_quick_calibration_power_and_admissibility():
     assert data["not_evaluable_reasons"]["Tsallis"]["isotropy"] == ["defined for Shannon only"]
 
 
-@pytest.mark.skipif(not (ROOT / "figures" / "weight_tied_calibration.json").exists(),
-                    reason="the full calibration is not committed yet")
 def test_committed_calibration_matches_the_protocol():
     """The protocol's admissible criteria are those of the committed full calibration at
     its noise level, and that run used this protocol's criteria (same names)."""
@@ -154,6 +153,17 @@ def test_committed_calibration_matches_the_protocol():
     assert [c["name"] for c in data["protocol"]["criteria"]] == \
         [c.name for c in PROTOCOL_CRITERIA]
     assert set(data["power"]) == {"Shannon", "Tsallis", "Kaniadakis"}
+    assert data["criteria_sha256"] == criteria_hash()
+
+
+def test_protocol_page_states_this_protocol():
+    """docs/guides/weight_tied_protocol.md names this protocol's version and hash and
+    prints the committed calibration's table as `calibrate --table` does."""
+    page = (ROOT / "docs" / "guides" / "weight_tied_protocol.md").read_text()
+    assert f"**Protocol version {PROTOCOL_VERSION}**" in page and protocol_hash() in page
+    assert criteria_hash() in page
+    data = json.loads((ROOT / "figures" / "weight_tied_calibration.json").read_text())
+    assert cal.table_markdown(data) in page
 
 
 # --------------------------------------------------------------------------- decision rule
