@@ -12,6 +12,8 @@ the family's parameters are the dense path's exact ones in memory linear in N.
 
 from __future__ import annotations
 
+import numbers
+
 import jax
 import jax.numpy as jnp
 
@@ -35,9 +37,10 @@ def query_block_size(n_q, n_k, batch, itemsize, block_size):
         if per_row * n_q <= _DENSE_BYTES:
             return None
         return max(1, min(n_q, _BLOCK_BYTES // max(per_row, 1)))
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+    if (isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral)
+            or block_size < 1):
         raise ValueError(f"block_size must be a positive int or None, got {block_size!r}")
-    return None if block_size >= n_q else block_size
+    return None if block_size >= n_q else int(block_size)
 
 
 def _split(x, axis, n_q, block, fill):
