@@ -33,7 +33,7 @@ def figure(plt, rows, controls_ok, level, L, cfg, min_spread):
     body = []
     for g, ds, a, v in rows:
         body.append([f"{g['name']} ({len(ds)})", f"{np.mean([d['accuracy'] for d in ds]):.2f}"]
-                    + [("N/A" if v.intervals[c.name] is None else
+                    + [("not evaluable" if v.intervals[c.name] is None else
                         f"{fmt_iv(v.intervals[c.name], 2)} {v.decisions[c.name]}")
                        for c in CRITERIA] + [v.overall])
     draw_table(ax, header, body, fontsize=7, col_widths=[0.2, 0.05, 0.16, 0.16, 0.16,
