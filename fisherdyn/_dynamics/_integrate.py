@@ -99,6 +99,8 @@ class Static(eqx.Module):
     progress: bool = eqx.field(static=True)
     adjoint: diffrax.AbstractAdjoint = eqx.field(static=True)
     n_save: int = eqx.field(static=True, default=0)
+    # `relax`'s solver for a block of problems integrated as one system (None: `solver`)
+    block_solver: diffrax.AbstractSolver | None = eqx.field(static=True, default=None)
 
 
 def field(coords: AbstractCoordinates, overdamped: bool):
