@@ -175,8 +175,15 @@ def test_block_size_choice():
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="block_size"):
             fd.attention(q, k, v, block_size=bad)
-    # a block of at least n_q rows is the dense path itself, bitwise
-    assert jnp.array_equal(fd.attention(q, k, v, block_size=20), fd.attention(q, k, v))
+    from fisherdyn._attention._blockwise import query_block_size
+
+    # a block of at least n_q rows is the dense path; automatic: dense up to 64 MiB of
+    # float32 scores (4096 x 4096), blocks of about 8 MiB (512 rows) above
+    assert query_block_size(20, 20, 1, 8, 20) is None
+    assert query_block_size(20, 20, 1, 8, 7) == 7
+    assert query_block_size(4096, 4096, 1, 4, None) is None
+    assert query_block_size(8192, 8192, 1, 4, None) == 256
+    assert query_block_size(4096, 4096, 2, 4, None) == 256
 
 
 def test_flax_drop_in_blocks():
