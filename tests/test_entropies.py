@@ -211,3 +211,31 @@ def test_unknown_entropy_lists_the_documented_names():
         cls = type(fd.parse_entropy(name))
         assert name in library or not cls.__module__.startswith("fisherdyn.")
     assert fd.parse_entropy("sharmamittal:2,1.5") == fd.parse_entropy("sharma_mittal:2,1.5")
+
+
+@pytest.mark.parametrize(
+    "entropy, a",
+    [(fd.Kaniadakis(k), k) for k in (1e-6, 0.01, 0.3, 0.95)]
+    + [(fd.Tsallis(q), abs(q - 1)) for q in (0.5, 1.5, 3.0)],
+    ids=lambda v: getattr(v, "name", None) and repr(v),
+)
+def test_power_laws_deep_in_the_tail(entropy, a):
+    # Reference: G of docs/math.md §2 in mpmath at the float64 parameter, x from 1e-300 to
+    # 1.5. Tolerance 8 eps (1 + a |ln x|) relative, a = kappa or |q - 1|: the exponent a ln x
+    # carries the logarithm's rounding, magnified by a |ln x| (up to 655 at kappa = 0.95),
+    # into x^a; Kaniadakis is compared where |G| is not within 1e-3 of a root of G.
+    x = np.concatenate([np.geomspace(1e-300, 1.0, 61), [1.2, 1.5]])
+    got = np.asarray(entropy.G(jnp.asarray(x)))
+    with mp.workdps(40):
+        if isinstance(entropy, fd.Kaniadakis):
+            k = mp.mpf(float(entropy.kappa))
+            ref = [((1 + k) * mp.mpf(v) ** k - (1 - k) * mp.mpf(v) ** (-k)) / (2 * k) for v in x]
+        else:
+            q = mp.mpf(float(entropy.q))
+            ref = [q * mp.mpf(v) ** (q - 1) / (q - 1) for v in x]
+        ref = np.array([float(r) for r in ref])
+    keep = (np.abs(ref) > 1e-3) & (np.abs(ref) < 1e300) & (np.abs(ref) > 1e-300)
+    tol = 8 * np.finfo(float).eps * (1 + a * np.abs(np.log(x)))
+    rel = np.abs(got[keep] / ref[keep] - 1)
+    record("|G / mpmath G - 1| / tol (deep tail)", np.max(rel / tol[keep]))
+    assert np.all(rel <= tol[keep]), (float(np.max(rel / tol[keep])), x[keep][np.argmax(rel)])

@@ -44,9 +44,14 @@ class Kaniadakis(AbstractSeparableEntropy):
         return jnp.abs(self.kappa)
 
     def G(self, x):
-        # ((1+k)x^k - (1-k)x^-k)/(2k) = sinh(k ln x)/k + cosh(k ln x)
+        # ((1+k)x^k - (1-k)x^-k)/(2k) = sinh(k ln x)/k + cosh(k ln x), from one expm1:
+        # with F = e^|y| - 1 and r = e^-|y|, sinh|y| = F (1 + r)/2 and cosh y = (1 + F + r)/2,
+        # each a sum of terms of one sign (exact for small |y|, finite wherever sinh is)
+        k = self._k
         log = jnp.log(x)
-        return _sinh_ratio(self._k, log) + jnp.cosh(self._k * log)
+        F = jnp.expm1(k * jnp.abs(log))
+        r = 1.0 / (1.0 + F)
+        return 0.5 * (jnp.sign(log) * (F * (1.0 + r)) / k + (1.0 + F) + r)
 
     def G_prime(self, x):
         k = self._k

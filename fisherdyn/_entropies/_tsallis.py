@@ -50,7 +50,9 @@ class Tsallis(AbstractSeparableEntropy):
             raise ValueError(f"Tsallis needs q > 0 and q != 1 (q = 1 is Shannon); got q={q}.")
 
     def G(self, x):
-        return self.q * x ** (self.q - 1) / (self.q - 1)
+        # exp(a log x), not x**a: XLA:CPU evaluates a power with a traced exponent through
+        # the scalar libm pow, several times the cost of its vectorized exp and log
+        return self.q * jnp.exp((self.q - 1) * jnp.log(x)) / (self.q - 1)
 
     def G_prime(self, x):
         return self.q * x ** (self.q - 2)
