@@ -15,6 +15,10 @@ time; the printed ratio is the median over rounds, in wall time and in CPU time
 not count the time other jobs take the cores away. `/proc/loadavg` is printed before and
 after, with a warning when the load was above 1.
 
+Printed first (unless `--no-field`): the CPU time of one evaluation of the sphere chart's
+vector field on a block of 64 problems (what `relax` integrates as one system), per key,
+beside the cost of the elementary operations it is built from.
+
 Checked on every run: every relax fixed point equals `fisherdyn.stationary` to 1e-10, and
 scipy's end point agrees with it to the steady-state tolerance. Printed as well: the first
 call's compilation time and, unless `--no-scaling`, the cost exponents in N and in B.
@@ -23,6 +27,11 @@ Writes the numbers to `benchmarks/dynamics.json` (not in `--quick` mode).
     python benchmarks/dynamics.py               # full run (several minutes on 2 cores)
     python benchmarks/dynamics.py --no-scaling  # the three families only
     python benchmarks/dynamics.py --quick       # small sizes, a smoke run
+    python benchmarks/dynamics.py --pin         # the whole process on one core
+
+On a CPU with few cores XLA spreads a block's small kernels over all of them, which costs
+more CPU time (and here more wall time) than it saves: `--pin` measures the process
+confined to one core, as `taskset -c 0` would.
 """
 
 from __future__ import annotations
@@ -30,13 +39,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
-import jax
+# `--pin`: the whole process on one core, set before JAX creates its CPU client, whose
+# thread pool is sized by the process's affinity
+if "--pin" in sys.argv[1:] and hasattr(os, "sched_setaffinity"):
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
-jax.config.update("jax_enable_x64", True)
+import jax  # noqa: E402
 
+jax.config.update("jax_enable_x64", True)  # noqa: E402
+
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy.integrate  # noqa: E402
 
@@ -236,6 +252,62 @@ def scaling(quick):
     return out
 
 
+FIELD_BLOCK = 64  # relax integrates a batch in blocks of 64 problems on the CPU
+FIELD_EVALS = 1000
+
+
+def per_element_ns(fn, x, *args, evals=FIELD_EVALS):
+    """CPU ns per element of `x` of one `fn(x, *args)`, chained `evals` times in a compiled
+    loop (the best of 5 runs)."""
+
+    @jax.jit
+    def loop(x, *args):
+        def body(i, x):
+            return jax.tree.map(lambda a, d: a + 1e-12 * d, x, fn(x, *args))
+        return jax.lax.fori_loop(0, evals, body, x)
+
+    jax.block_until_ready(loop(x, *args))
+    best = np.inf
+    for _ in range(5):
+        start = clocks()
+        jax.block_until_ready(loop(x, *args))
+        best = min(best, since(start)[1])
+    size = sum(leaf.size for leaf in jax.tree.leaves(x))
+    return 1e9 * best / evals / size
+
+
+def field_costs(quick):
+    """One evaluation of the sphere chart's field on a block of problems, per key, beside
+    the elementary operations it is made of (the arithmetic floor is a few flops per key)."""
+    n = 16 if quick else 64
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.uniform(0.01, 1.0, (FIELD_BLOCK, 64)))
+    out = dict(block=FIELD_BLOCK, keys=n, ops={}, field={})
+    for op, fn in (("exp", lambda a, p: jnp.exp(-a)),
+                   ("log", lambda a, p: jnp.log(a)),
+                   ("power (traced exponent)", lambda a, p: a**p)):
+        out["ops"][op] = per_element_ns(fn, x, jnp.asarray(0.5))
+    coords = fd.SphereCoordinates()
+    for name, entropy, _, _, _ in FAMILIES:
+        Z = jnp.asarray(problems(FIELD_BLOCK, n))
+        rho = jax.nn.softmax(Z, -1)
+        y = (jnp.sqrt(rho), 0.01 * jnp.asarray(rng.normal(size=(FIELD_BLOCK, n))))
+
+        def field(y, entropy, Z):
+            # one problem per row, as relax evaluates a block
+            def one(y, z):
+                return coords.vector_field(None, y, fd.FisherSystem(entropy, z, T, MASS, DAMPING))
+            return jax.vmap(one)(y, Z)
+
+        # (the entropy's parameters are traced, as in relax)
+        out["field"][name] = 2 * per_element_ns(field, y, entropy, Z)
+    print(f"  one field evaluation, block of {FIELD_BLOCK} x {n} keys, CPU ns per key: "
+          + ", ".join(f"{k} {v:.1f}" for k, v in out["field"].items()))
+    print("  elementary operations, CPU ns per element: "
+          + ", ".join(f"{k} {v:.2f}" for k, v in out["ops"].items()))
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
@@ -245,16 +317,25 @@ def main():
                         help="scipy problems per round and method (default 12; --quick 4)")
     parser.add_argument("--only", nargs="*", default=None,
                         help="family names to run (default all), e.g. Shannon Tsallis(1.5)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_suffix(".json"))
+    parser.add_argument("--pin", action="store_true",
+                        help="run the whole process (scipy and relax) on one core")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default benchmarks/dynamics.json (--pin: dynamics_pinned.json)")
+    parser.add_argument("--no-field", action="store_true",
+                        help="skip the cost of one vector-field evaluation")
     parser.add_argument("--no-scaling", action="store_true",
                         help="skip the cost-vs-N and cost-vs-B fits (each size compiles anew)")
     args = parser.parse_args()
     rounds = args.rounds or (2 if args.quick else 3)
     n_scipy = args.scipy_problems or (4 if args.quick else 12)
 
+    if args.out is None:
+        stem = "dynamics_pinned" if args.pin else "dynamics"
+        args.out = Path(__file__).with_name(stem + ".json")
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     dev = jax.devices()[0]
     print(f"device: {dev.platform} ({dev.device_kind}), {jax.device_count()} device(s), "
-          f"{os.cpu_count()} CPU(s); jax {jax.__version__}")
+          f"{os.cpu_count()} CPU(s), this process on cores {cores}; jax {jax.__version__}")
     print(f"m={MASS} gamma={DAMPING} T={T}, rtol={RTOL}, atol={ATOL}, steady state at "
           f"max|f| < {TOL}, float64; targets (CPU time, compiled): >= {TARGET_RK45:.0f}x "
           f"scipy RK45, >= {TARGET_LSODA:.0f}x LSODA")
@@ -262,7 +343,11 @@ def main():
     print(f"load average before: {load_before}")
 
     results = dict(device=f"{dev.platform} ({dev.device_kind})", jax=jax.__version__,
+                   cores=cores, pinned=args.pin,
                    rtol=RTOL, atol=ATOL, tol=TOL, load_before=load_before, families={})
+    if not args.no_field:
+        print()
+        results["field"] = field_costs(args.quick)
     for name, entropy, h, full, small in FAMILIES:
         if args.only and name not in args.only:
             continue
