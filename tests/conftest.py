@@ -16,12 +16,18 @@ if not os.environ.get("FISHERDYN_CACHE"):
     os.environ["FISHERDYN_CACHE"] = _cache
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 # The suite is mostly compilation of small programs, each run a few times: XLA's CPU fusion
-# emitters cost more compile time than they save (about 30 % of the suite's time). A
-# caller's XLA_FLAGS naming the option wins (`--xla_cpu_use_fusion_emitters=true`: XLA's
-# default). Read when JAX creates its CPU client; subprocesses inherit it.
+# emitters and LLVM's optimization passes cost more compile time than they save. A caller's
+# XLA_FLAGS naming an option wins (`--xla_cpu_use_fusion_emitters=true
+# --xla_backend_optimization_level=2`: XLA's defaults). Read when JAX creates its CPU
+# client; subprocesses inherit it.
 _flags = os.environ.get("XLA_FLAGS", "")
-if "xla_cpu_use_fusion_emitters" not in _flags:
-    os.environ["XLA_FLAGS"] = f"{_flags} --xla_cpu_use_fusion_emitters=false".strip()
+# the study scripts the tests run as subprocesses train models (run time, not compilation):
+# they get the caller's flags back (`tests/studies/test_studies.py`)
+os.environ.setdefault("FISHERDYN_TEST_CALLER_XLA_FLAGS", _flags)
+for _option in ("--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=0"):
+    if _option.split("=")[0] not in _flags:
+        _flags = f"{_flags} {_option}".strip()
+os.environ["XLA_FLAGS"] = _flags
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

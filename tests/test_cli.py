@@ -242,6 +242,7 @@ def _numbers(summary):
                     + np.ravel(summary["spectrum"]["rates"]).tolist())
 
 
+@pytest.mark.slow
 def test_simulate_loads_its_exported_program_in_a_new_process(tmp_path):
     """The first `fisherdyn simulate` exports its traced program (jax.export) beside the
     compilation cache; a second process with the same options loads it, so it neither traces
@@ -350,15 +351,18 @@ def test_max_steps_advice_matches_the_cause(capsys, args, scale):
 
 
 def test_max_steps_advice_for_a_stiff_flow_and_a_short_budget(capsys):
-    """The overdamped flow at T = 1e10 decays at 1e10 per unit time: stiff, so the advice
-    names the implicit solver (which then finishes); a budget of 3 steps on an ordinary
-    problem is what --max-steps is for."""
+    """The overdamped flow at T = 1e10 decays at 1e10 per unit time: the advice is to
+    divide the scores and T by about 1e9 (the run then finishes with the default solver)
+    or to try the implicit solver (not asserted to finish: on a flow this stiff its step
+    is rejected at random where round-off decides Newton's convergence); a budget of 3
+    steps on an ordinary problem is what --max-steps is for."""
     out = fisherdyn_inprocess(capsys, "simulate", "--T", "1e10", "--scores", "1,0.5",
                               "--mass", "0", "--max-steps", "2000")
     (line,) = out.stderr.strip().splitlines()
     assert out.returncode == 1 and "decays at" in line and "--solver kvaerno5" in line, line
-    out = fisherdyn_inprocess(capsys, "simulate", "--T", "1e10", "--scores", "1,0.5",
-                              "--mass", "0", "--max-steps", "2000", "--solver", "kvaerno5")
+    assert "divide --scores and --T by about 1e9" in line, line
+    out = fisherdyn_inprocess(capsys, "simulate", "--T", "10", "--scores", "1e-9,5e-10",
+                              "--mass", "0", "--max-steps", "2000")
     assert out.returncode == 0, out.stderr
     out = fisherdyn_inprocess(capsys, "simulate", "--max-steps", "3")
     (line,) = out.stderr.strip().splitlines()

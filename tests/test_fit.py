@@ -189,6 +189,7 @@ def test_stiff_inertial_fit_nests_in_the_overdamped_one(data):
         fd.fit_path(fd.Shannon(), data["z"], paths, solver="euler", **kw)
 
 
+@pytest.mark.slow
 def test_fit_program_compiles_without_xla_log_noise():
     """One path (no batch axes) fitted from two restarts: the restarts' copies of its data
     were a broadcast XLA's algebraic simplifier looped on (it printed a page of "circular

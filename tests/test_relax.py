@@ -46,8 +46,15 @@ def _references(entropy):
     return Z, TT, st, direct
 
 
+# one solve per family compiles a program each: four families run by default, Abe, Burg
+# and Sharma-Mittal (covered by the same code paths) with -m slow
+_SLOW_FAMILIES = (fd.Abe, fd.Burg, fd.SharmaMittal)
+
+
 def _family_params():
-    return [pytest.param(e, id=type(e).__name__) for e in FAMILIES]
+    return [pytest.param(e, id=type(e).__name__,
+                         marks=[pytest.mark.slow] if isinstance(e, _SLOW_FAMILIES) else [])
+            for e in FAMILIES]
 
 
 def _check_fixed_points(got, st, direct, residual):

@@ -30,9 +30,19 @@ def _fd_jacobian(entropy, z, T, h=1e-6):
     return central_jacobian(lambda z_: stat(entropy, z_, T), z, h)
 
 
+def _case_id(spec, z):
+    return spec_id(spec) + ("-dense" if z is Z_DENSE else "-sparse")
+
+
+# the three slowest dense cases (the same code paths as the other dense ones) run with -m slow
+_SLOW_JAC = ("abe_0.5-dense", "sharma_mittal_2_1.5-dense", "renyi_0.5-dense")
+
+
 @pytest.mark.parametrize(
-    "spec, z, T", JAC_CASES, ids=[spec_id(s) + ("-dense" if z is Z_DENSE else "-sparse")
-                                  for s, z, _ in JAC_CASES]
+    "spec, z, T",
+    [pytest.param(*c, marks=pytest.mark.slow) if _case_id(c[0], c[1]) in _SLOW_JAC else c
+     for c in JAC_CASES],
+    ids=[_case_id(s, z) for s, z, _ in JAC_CASES],
 )
 def test_jacobian(spec, z, T):
     # References: central finite differences (h = 1e-6, tolerance 1e-7), autodiff of the

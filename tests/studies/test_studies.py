@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,31 +30,65 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def run_all(*args):
-    """`python studies/run_all.py ARGS` with this interpreter, in a subprocess."""
+    """`python studies/run_all.py ARGS` with this interpreter, in a subprocess, under the
+    XLA flags `make figures` would see (not the suite's compile-time ones, conftest.py)."""
+    env = dict(os.environ, XLA_FLAGS=os.environ.get("FISHERDYN_TEST_CALLER_XLA_FLAGS", ""))
     return subprocess.run([sys.executable, str(ROOT / "studies" / "run_all.py"), *map(str, args)],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=env)
+
+
+# The studies whose quick runs the default suite checks; the others (the slowest three,
+# and `run_all.py` over all eight) run with -m slow.
+DEFAULT_STUDIES = ("stationary_laws", "tails", "tangent_test", "entropy_invariance",
+                   "weight_tied")
+_SLOW_STUDIES = [n for n in STUDIES if n not in DEFAULT_STUDIES]
+
+
+def _studies_needed(items):
+    """The studies the selected tests of this module read from `quick_run`."""
+    names = set()
+    for item in items:
+        if item.module is None or item.module.__name__ != __name__:
+            continue
+        if item.originalname == "test_run_all_succeeds":
+            return list(STUDIES)
+        if item.originalname == "test_quick_study":
+            names.add(item.callspec.params["name"])
+        elif item.originalname == "test_quick_json_is_byte_reproducible":
+            names.add("entropy_invariance")
+        elif item.originalname == "test_weight_tied_quick_tables":
+            names.add("weight_tied")
+    return [n for n in STUDIES if n in names]
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    """All eight studies in quick mode, via `studies/run_all.py` (studies as subprocesses,
-    two at a time)."""
+def quick_run(request, tmp_path_factory):
+    """The studies the selected tests need (all eight with -m slow) in quick mode, via
+    `studies/run_all.py` (studies as subprocesses, two at a time)."""
     out = tmp_path_factory.mktemp("figures")
-    proc = run_all("--quick", "--out", out, "--jobs", "2")
-    return proc, out
+    names = _studies_needed(request.session.items) or list(DEFAULT_STUDIES)
+    only = [a for n in names for a in ("--only", n)] if len(names) < len(STUDIES) else []
+    proc = run_all("--quick", *only, "--out", out, "--jobs", "2")
+    return proc, out, names
 
 
+@pytest.mark.slow
 def test_run_all_succeeds(quick_run):
-    proc, out = quick_run
+    proc, out, names = quick_run
+    assert names == list(STUDIES)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     images = [img for n in STUDIES
               for img in json.loads((out / f"{n}.json").read_text())["images"]]
     assert sorted(p.name for p in out.glob("*.png")) == sorted(images)
 
 
-@pytest.mark.parametrize("name", STUDIES)
+@pytest.mark.parametrize(
+    "name", [n if n in DEFAULT_STUDIES else pytest.param(n, marks=pytest.mark.slow)
+             for n in STUDIES],
+)
 def test_quick_study(quick_run, name):
-    _, out = quick_run
+    proc, out, _ = quick_run
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     data = json.loads((out / f"{name}.json").read_text())
     for img in data["images"]:
         assert (out / img).read_bytes()[:8] == PNG
@@ -98,7 +133,7 @@ def assert_provenance(data):
 def test_quick_json_is_byte_reproducible(quick_run, tmp_path):
     """A second quick run of the cheapest study writes the same JSON bytes (no timestamps,
     no timings)."""
-    _, out = quick_run
+    _, out, _ = quick_run
     proc = run_all("--quick", "--only", "entropy_invariance", "--out", tmp_path, "--jobs", "1")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     name = "entropy_invariance.json"
@@ -169,7 +204,7 @@ def test_weight_tied_quick_tables(quick_run):
     import weight_tied as wt
     from weight_tied import protocol as wp
 
-    _, out = quick_run
+    _, out, _ = quick_run
     data = json.loads((out / "weight_tied.json").read_text())["data"]
     assert data["protocol_version"] == wp.PROTOCOL_VERSION
     assert data["protocol_sha256"] == wp.protocol_hash()
