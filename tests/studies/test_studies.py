@@ -37,10 +37,10 @@ def run_all(*args):
                           capture_output=True, text=True, env=env)
 
 
-# The studies whose quick runs the default suite checks; the others (the slowest three,
-# and `run_all.py` over all eight) run with -m slow.
-DEFAULT_STUDIES = ("stationary_laws", "tails", "tangent_test", "entropy_invariance",
-                   "weight_tied")
+# The studies whose quick runs the default suite checks; the others (the slowest four, the
+# weight-tied study's tables, and `run_all.py` over all eight) run with -m slow. The
+# weight-tied study's parts are tested by the default suite in tests/studies/test_weight_tied_*.
+DEFAULT_STUDIES = ("stationary_laws", "tails", "tangent_test", "entropy_invariance")
 _SLOW_STUDIES = [n for n in STUDIES if n not in DEFAULT_STUDIES]
 
 
@@ -193,6 +193,7 @@ def test_unknown_study_is_refused():
     assert "--only" in proc.stderr
 
 
+@pytest.mark.slow
 def test_weight_tied_quick_tables(quick_run):
     """The weight-tied study writes what it promises: per group (normalizers, the positive
     control, two negative controls) every criterion of the protocol with an interval over
