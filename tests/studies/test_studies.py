@@ -41,7 +41,6 @@ def run_all(*args):
 # weight-tied study's tables, and `run_all.py` over all eight) run with -m slow. The
 # weight-tied study's parts are tested by the default suite in tests/studies/test_weight_tied_*.
 DEFAULT_STUDIES = ("stationary_laws", "tails", "tangent_test", "entropy_invariance")
-_SLOW_STUDIES = [n for n in STUDIES if n not in DEFAULT_STUDIES]
 
 
 def _studies_needed(items):
