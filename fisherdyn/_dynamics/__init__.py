@@ -7,6 +7,7 @@
 - `_batching.py`: batches in one compiled call (blocks, `jax.sharding`).
 - `_integrate.py`: `simulate` and `Trajectory`.
 - `_relax.py`: `relax`, its Newton polish, and `RelaxSolution`.
+- `_stiff.py`: the stiff path of `relax` (structured Jacobian, O(N) Newton solves, ESDIRK step).
 - `_spectrum.py`: `relaxation_spectrum` and `RelaxationSpectrum`.
 - `_piecewise.py`: the dynamics under piecewise-constant scores, interval by interval
   (`fisher_loop_step`, `fisher_score_dynamics`, `linear_score_step`,

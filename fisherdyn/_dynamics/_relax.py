@@ -8,6 +8,7 @@ function theorem through `optimistix.root_find`); the integrated path is not dif
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -37,6 +38,7 @@ from ._problem import (
     raise_if,
     resolve_solver,
 )
+from ._stiff import esdirk_step, is_esdirk, linearize
 from ._system import FisherSystem, boundary_forces, forces
 
 __all__ = ["relax", "RelaxSolution"]
@@ -335,14 +337,16 @@ class _SteadyStateStepper(diffrax.AbstractAdaptiveSolver):
 
     solver: diffrax.AbstractSolver
     field: Callable = eqx.field(static=True)
+    # the block's structured Jacobian (`_stiff.linearize`, batched), for an ESDIRK solver
+    linearize: Callable | None = eqx.field(static=True, default=None)
     term_structure: ClassVar = diffrax.AbstractTerm
     interpolation_cls: ClassVar = diffrax.LocalLinearInterpolation
 
     @property
     def _tableau(self):
-        return getattr(self.solver, "tableau", None) if isinstance(
-            self.solver, diffrax.AbstractERK
-        ) else None
+        explicit = isinstance(self.solver, diffrax.AbstractERK)
+        written_out = explicit or (self.linearize is not None and is_esdirk(self.solver))
+        return self.solver.tableau if written_out else None
 
     def order(self, terms):
         return self.solver.order(terms)
@@ -367,7 +371,15 @@ class _SteadyStateStepper(diffrax.AbstractAdaptiveSolver):
         result = diffrax.RESULTS.successful
         if self._tableau is not None:
             f0 = jax.lax.cond(made_jump, lambda: vf(t0, z0), lambda: solver_state)
-            z1, error, f1 = _erk_step(self._tableau, vf, t0, t1, z0, f0)
+            if isinstance(self.solver, diffrax.AbstractERK):
+                z1, error, f1 = _erk_step(self._tableau, vf, t0, t1, z0, f0)
+            else:
+                lin = self.linearize(z0, args[0])
+                z1, error, f1, ok = esdirk_step(
+                    self._tableau, vf, lin, t0, t1, z0, f0, args[2], args[3]
+                )
+                # a stage whose Newton iteration failed rejects the step (and shrinks dt)
+                error = jtu.tree_map(lambda e: jnp.where(ok, e, jnp.inf), error)
             solver_state = f1
         else:
             z1, error, _, solver_state, result = self.solver.step(
@@ -408,6 +420,18 @@ def _relax_block(system, rho0, v0, extra, static: Static):
     # per-problem leaves as columns, as the controller's per-problem tolerances are
     y0 = (z0, jnp.zeros_like(t1)[:, None], _block_speed(fields(z0, system_const))[:, None])
     solver = static.solver if static.block_solver is None else static.block_solver
+    lin = None
+    if isinstance(solver, diffrax.AbstractImplicitSolver):
+        if not is_esdirk(solver):
+            raise ValueError(
+                "a batch without saveat is integrated in blocks of problems as one system, "
+                "where the implicit solvers are Diffrax's ESDIRK methods (kvaerno5, "
+                f"diffrax.Kvaerno3/4/5); got {type(solver).__name__}. Pass saveat= to solve "
+                "each problem on its own, or an explicit solver"
+            )
+        # the block's Newton matrices in structured form (relax's chart is the sphere's),
+        # solved in O(N) per problem
+        lin = jax.vmap(functools.partial(linearize, overdamped=static.overdamped))
     ctrl = controller(solver, rtol[:, None], atol[:, None], None)
     ctrl = eqx.tree_at(lambda c: c.norm, ctrl, _block_norm(system.mask))
     sol = diffrax.diffeqsolve(
@@ -415,12 +439,12 @@ def _relax_block(system, rho0, v0, extra, static: Static):
         diffrax.ODETerm(
             lambda t, y, args: (fields(y[0], args[0]), jnp.zeros_like(y[1]), jnp.zeros_like(y[2]))
         ),
-        _SteadyStateStepper(solver, fields),
+        _SteadyStateStepper(solver, fields, lin),
         t0=jnp.zeros((), t1.dtype),
         t1=jnp.max(t1),
         dt0=None,
         y0=y0,
-        args=(system_const, tol[:, None]),
+        args=(system_const, tol[:, None], rtol[:, None], atol[:, None]),
         saveat=diffrax.SaveAt(t1=True),
         stepsize_controller=ctrl,
         event=diffrax.Event(done),
@@ -460,10 +484,10 @@ def _block_speed(dy):
 def _block_default(entropy: AbstractEntropy) -> str:
     """The default solver of a block: Dopri8 where the relaxation is fast (its steps are
     set by accuracy, and at the default rtol it takes about a third of Tsit5's steps for
-    twice the evaluations each), Tsit5 for the families with a cutoff, whose slow boundary
-    modes hold any explicit solver near its stability limit for most of the run (there the
-    cheaper step wins)."""
-    return "tsit5" if entropy.may_have_cutoff else "dopri8"
+    twice the evaluations each), Kvaerno5 for the families with a cutoff, whose slow
+    boundary modes would hold an explicit solver at its stability limit (about one step per
+    unit time) for most of the run; its Newton systems are solved in O(N) (`_stiff.py`)."""
+    return "kvaerno5" if entropy.may_have_cutoff else "dopri8"
 
 
 def _default_t1(problem: Problem, overdamped):
@@ -519,9 +543,12 @@ def relax(
     - `t1`: give up after this time (default $10^4$ x the slowest Shannon-like time scale).
     - `rtol`, `atol`, `solver`, `max_steps`, `progress`: integration, as in `simulate`. The
       default solver of a batch without `saveat` (integrated in blocks of problems as one
-      system) is `"dopri8"` for the families without a cutoff and `"tsit5"` for those with
-      one (Tsallis, Renyi / Sharma-Mittal), whichever is faster there; a single problem or
-      a batch with `saveat` uses `"tsit5"`.
+      system) is `"dopri8"` for the families without a cutoff and `"kvaerno5"` for those
+      with one (Tsallis, Renyi / Sharma-Mittal), whichever is faster there; a single
+      problem or a batch with `saveat` uses `"tsit5"`. A block takes Diffrax's ESDIRK
+      methods (`"kvaerno5"`, `diffrax.Kvaerno3/4/5`) as its implicit solvers, and solves
+      their Newton systems in O(N) per problem from the Jacobian's structure
+      (docs/math.md §6); other implicit solvers need `saveat`.
     - `saveat`: optional times at which to also record the path (`.path`): shape (K,), or
       (batch..., K) for one grid per problem.
     - `mask`: as in `simulate` (True: the key takes part; `-inf` scores are masked). The
