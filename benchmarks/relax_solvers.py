@@ -68,10 +68,10 @@ def main():
             run = since(start)
             steps = int(np.median(np.asarray(sol.stats["num_steps"])))
             out[s].append((first, run, steps))
-            print(f"round {r + 1} {s:>9}: first call {first[0]:.2f} s, compiled {run[0]:.2f} s "
-                  f"wall / {run[1]:.2f} s CPU, first - compiled {first[0] - run[0]:.2f} s; "
-                  f"{steps} steps, {1e3 * run[1] / steps / -(-args.batch // BLOCK):.2f} ms CPU "
-                  "per block step", flush=True)
+            print(f"round {r + 1} {s:>9}: first call {first[0]:.2f} s, compiled {1e3 * run[0]:.1f} ms "
+                  f"wall / {1e3 * run[1]:.1f} ms CPU, first - compiled {first[0] - run[0]:.2f} "
+                  f"s; {steps} steps, {1e3 * run[1] / steps / -(-args.batch // BLOCK):.3f} ms "
+                  "CPU per block step", flush=True)
     a, b = args.solvers
     ratio = np.median([ra[1][1] / rb[1][1] for ra, rb in zip(out[a], out[b])])
     print(f"compiled CPU time {a} / {b}: median {ratio:.2f}x")

@@ -310,8 +310,8 @@ def test_batch_block_keeps_each_problems_time_and_result():
 @pytest.mark.parametrize("entropy", [fd.Shannon(), fd.Tsallis(1.5)], ids=["Shannon", "Tsallis"])
 def test_batch_block_follows_the_path(entropy):
     """A batch is integrated in blocks by relax's own stepper (Dopri8 written out stage by
-    stage for Shannon, Kvaerno5 with the structured Newton solve for the cutoff family
-    Tsallis); stopped by t1 = 3, long
+    stage for Shannon, Tsit5 for the cutoff family Tsallis in a batch this small; the stiff
+    path is tested in test_stiff.py); stopped by t1 = 3, long
     before the steady state, its end point is the state of the dynamics at t = 3:
     `simulate` at rtol 1e-12 (diffrax's Tsit5) agrees to 1e-9 (measured about 5e-12; the
     default rtol 1e-8 bounds each step's error, so a wrong stage, weight or error estimate

@@ -97,7 +97,7 @@ def test_kvaerno5_block_follows_the_tsit5_path(mass, times):
     entropy = fd.Tsallis(1.5)
     for t1 in times:
         kw = dict(mass=mass, damping=2.0, t1=t1, rtol=1e-10, atol=1e-12, throw=False)
-        stiff = fd.relax(entropy, z, 1.0, **kw)
+        stiff = fd.relax(entropy, z, 1.0, solver="kvaerno5", **kw)
         explicit = fd.relax(entropy, z, 1.0, solver="tsit5", **kw)
         assert set(stiff.result_name) <= {"steady_state_not_reached", "successful"}
         np.testing.assert_allclose(stiff.rho_end, explicit.rho_end, atol=1e-8, rtol=0)
@@ -112,7 +112,7 @@ def test_stiff_path_selects_the_same_branch():
     rho0 = np.random.default_rng(0).dirichlet(0.7 * np.ones(5), size=12)
     Z = np.broadcast_to(z, (12, 5))
     kw = dict(mass=1.0, damping=np.ones(12), rho0=rho0)
-    stiff = np.asarray(fd.relax(entropy, Z, 1.0, **kw).rho)
+    stiff = np.asarray(fd.relax(entropy, Z, 1.0, solver="kvaerno5", **kw).rho)
     explicit = np.asarray(fd.relax(entropy, Z, 1.0, solver="tsit5", **kw).rho)
     np.testing.assert_allclose(stiff, explicit, atol=1e-10, rtol=0)
     assert len({tuple(np.round(r, 6)) for r in stiff}) == 2
@@ -129,7 +129,8 @@ def test_stiff_path_with_masked_keys(entropy):
     mask = np.ones((4, 9), bool)
     mask[:, 6:] = False
     mask[1, 3] = False
-    sol = fd.relax(entropy, np.where(mask, z, -np.inf), 1.0, mass=1.0, damping=2.0, mask=mask)
+    sol = fd.relax(entropy, np.where(mask, z, -np.inf), 1.0, mass=1.0, damping=2.0, mask=mask,
+                   solver="kvaerno5")
     rho = np.asarray(sol.rho)
     assert np.all(rho[~mask] == 0)
     for i in range(4):
@@ -160,10 +161,22 @@ def test_other_implicit_solvers_run_with_saveat():
 
 
 def test_stiff_path_in_float32():
-    """Float32 scores take the stiff default with float32 tolerances (rtol 1e-5) and land
-    on `stationary`'s fixed point to 1e-5."""
-    z = np.random.default_rng(4).normal(size=(3, 10)).astype(np.float32)
+    """Float32 scores (a batch of 8: the stiff default) run with float32 tolerances (rtol
+    1e-5) and land on `stationary`'s fixed point to 1e-5."""
+    z = np.random.default_rng(4).normal(size=(8, 10)).astype(np.float32)
     sol = fd.relax(fd.Tsallis(1.5), z, 1.0, mass=1.0, damping=2.0)
     assert sol.rho.dtype == jnp.float32
     ref = np.asarray(fd.stationary(fd.Tsallis(1.5), z.astype(np.float64), 1.0))
     np.testing.assert_allclose(sol.rho, ref, atol=1e-5, rtol=0)
+
+
+def test_default_solver_by_batch_size():
+    """The cutoff families take the stiff path from 8 problems on (Kvaerno5: about 200
+    steps to this batch's steady state at t ~ 10^3) and Tsit5 below it (about 1000 steps);
+    the families without a cutoff take Dopri8 either way."""
+    z = np.random.default_rng(6).normal(size=(8, 12))
+    small = fd.relax(fd.Tsallis(1.5), z[:4], 1.0, mass=1.0, damping=2.0)
+    large = fd.relax(fd.Tsallis(1.5), z, 1.0, mass=1.0, damping=2.0)
+    n_small, n_large = int(small.stats["num_steps"][0]), int(large.stats["num_steps"][0])
+    assert n_large * 3 < n_small, (n_small, n_large)
+    np.testing.assert_allclose(large.rho[:4], small.rho, atol=1e-10, rtol=0)
