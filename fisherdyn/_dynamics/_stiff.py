@@ -118,7 +118,8 @@ def _stack(tree):
 
 def linearize(y, system: FisherSystem, overdamped: bool) -> Linearization:
     """The structured Jacobian of the sphere chart's field at the state `y` (one problem):
-    $n + 2$ or $n + 4$ forward / reverse passes of the field's parts."""
+    one forward pass per state leaf, $k$ forward passes through the couplings and $k$
+    reverse passes through the couplings' own computation."""
     s_fn, F = split_field(overdamped)
     leaves, treedef = jtu.tree_flatten(y)
     s = s_fn(y, system)
