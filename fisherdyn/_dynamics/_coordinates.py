@@ -131,36 +131,52 @@ class SphereCoordinates(AbstractCoordinates):
 
     def multiplier(self, x, v, system):
         """$(\\lambda, g, \\rho)$ of the inertial state `(x, v)`."""
-        m, gam = system.mass, system.damping
         rho = x * x
         g = forces(system.entropy, rho, system.scores, system.T)
+        return self.multiplier_for_forces(x, v, rho, g, system), g, rho
+
+    def multiplier_for_forces(self, x, v, rho, g, system):
+        """$\\lambda$ of the inertial state `(x, v)` with weights `rho` = $x^2$ and forces `g`."""
+        m, gam = system.mass, system.damping
         c = jnp.sum(rho, -1)
         xg = jnp.sum(x * _x_times(x, rho, g), -1)
         a = self._rate(system)
         xv = jnp.sum(x * v, -1)
-        lam = (
+        return (
             xg - 2 * m * jnp.sum(v * v, -1) + (2 * gam - 4 * m * a) * xv - m * a**2 * (c - 1)
         ) / c
-        return lam, g, rho
+
+    @staticmethod
+    def acceleration(x, v, rho, g, lam, system):
+        """$\\ddot x$ of the inertial state for forces `g` and multiplier `lam`."""
+        return (2 * (lam * x - _x_times(x, rho, g)) - 4 * system.damping * v) / (4 * system.mass)
 
     def vector_field(self, t, y, system):
         x, v = y
         lam, g, rho = self.multiplier(x, v, system)
-        acc = (2 * (lam * x - _x_times(x, rho, g)) - 4 * system.damping * v) / (4 * system.mass)
-        return v, acc
+        return v, self.acceleration(x, v, rho, g, lam, system)
 
     def overdamped_multiplier(self, x, system):
         """$(\\lambda, g, \\rho)$ of the overdamped state `x`."""
         rho = x * x
         g = forces(system.entropy, rho, system.scores, system.T)
+        return self.overdamped_multiplier_for_forces(x, rho, g, system), g, rho
+
+    @staticmethod
+    def overdamped_multiplier_for_forces(x, rho, g, system):
+        """$\\lambda$ of the overdamped state `x` with weights `rho` = $x^2$ and forces `g`."""
         c = jnp.sum(rho, -1)
         a = system.T / system.damping
-        lam = (jnp.sum(x * _x_times(x, rho, g), -1) - system.damping * a * (c - 1)) / c
-        return lam, g, rho
+        return (jnp.sum(x * _x_times(x, rho, g), -1) - system.damping * a * (c - 1)) / c
+
+    @staticmethod
+    def overdamped_velocity(x, rho, g, lam, system):
+        """$\\dot x$ of the overdamped flow for forces `g` and multiplier `lam`."""
+        return (lam * x - _x_times(x, rho, g)) / (2 * system.damping)
 
     def overdamped_field(self, t, y, system):
         lam, g, rho = self.overdamped_multiplier(y, system)
-        return (lam * y - _x_times(y, rho, g)) / (2 * system.damping)
+        return self.overdamped_velocity(y, rho, g, lam, system)
 
     def observe(self, y, system, overdamped):
         if overdamped:

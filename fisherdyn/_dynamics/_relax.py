@@ -482,8 +482,8 @@ def _block_speed(dy):
     return jnp.max(jnp.stack([jnp.max(jnp.abs(leaf), -1) for leaf in jtu.tree_leaves(dy)]), 0)
 
 
-# the smallest batch for which the stiff path beats Tsit5 (Tsallis(1.5), N = 64, CPU time:
-# 0.60x at 1 problem, 0.88x at 4, 1.22x at 16, 1.66-1.77x at 256)
+# below this batch size the implicit step's fixed costs outweigh its fewer steps
+# (benchmarks/relax_solvers.py --batch B; docs/performance.md)
 _STIFF_MIN_BATCH = 8
 
 
@@ -555,10 +555,10 @@ def relax(
       system) is `"dopri8"` for the families without a cutoff and, for those with one
       (Tsallis, Renyi / Sharma-Mittal), `"kvaerno5"` from 8 problems on and `"tsit5"`
       below, whichever is faster there; a single problem or a batch with `saveat` uses
-      `"tsit5"`. A block takes Diffrax's ESDIRK
-      methods (`"kvaerno5"`, `diffrax.Kvaerno3/4/5`) as its implicit solvers, and solves
-      their Newton systems in O(N) per problem from the Jacobian's structure
-      (docs/math.md §6); other implicit solvers need `saveat`.
+      `"tsit5"`. A block takes Diffrax's ESDIRK methods (`"kvaerno5"`,
+      `diffrax.Kvaerno3/4/5`) as its implicit solvers, and solves their Newton systems in
+      O(N) per problem from the Jacobian's structure (docs/math.md §6); other implicit
+      solvers need `saveat`.
     - `saveat`: optional times at which to also record the path (`.path`): shape (K,), or
       (batch..., K) for one grid per problem.
     - `mask`: as in `simulate` (True: the key takes part; `-inf` scores are masked). The

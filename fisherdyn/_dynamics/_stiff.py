@@ -30,7 +30,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .._custom_types import Array, Float
-from ._coordinates import _x_times
+from ._coordinates import SphereCoordinates
 from ._system import FisherSystem, forces
 
 __all__ = [
@@ -59,46 +59,44 @@ def split_field(overdamped: bool):
         law = system.entropy.stationary_law()
         return forces(law, rho, system.scores, T_eff)
 
+    coords = SphereCoordinates()
+
+    def couplings(lam, T_eff, system):
+        if _couples_through_moment(system.entropy):
+            return jnp.stack([lam, T_eff])
+        return lam[None]
+
+    def fixed_temperature(s, system):
+        return s[1] if s.shape[0] > 1 else system.T
+
     if overdamped:
 
         def s(x, system):
             rho = x * x
             T_eff = temperature(rho, system)
             g = local_forces(rho, T_eff, system)
-            c = jnp.sum(rho)
-            a = system.T / system.damping
-            lam = (jnp.sum(x * _x_times(x, rho, g)) - system.damping * a * (c - 1)) / c
-            return jnp.stack([lam, T_eff]) if _couples_through_moment(system.entropy) else lam[None]
+            return couplings(coords.overdamped_multiplier_for_forces(x, rho, g, system), T_eff,
+                             system)
 
         def F(x, s, system):
             rho = x * x
-            T_eff = s[1] if s.shape[0] > 1 else system.T
-            g = local_forces(rho, T_eff, system)
-            return (s[0] * x - _x_times(x, rho, g)) / (2 * system.damping)
+            g = local_forces(rho, fixed_temperature(s, system), system)
+            return coords.overdamped_velocity(x, rho, g, s[0], system)
 
         return s, F
 
     def s(y, system):
         x, v = y
-        m, gam = system.mass, system.damping
         rho = x * x
         T_eff = temperature(rho, system)
         g = local_forces(rho, T_eff, system)
-        c = jnp.sum(rho)
-        a = system.damping / (2 * m) + jnp.sqrt(system.T / m)
-        lam = (
-            jnp.sum(x * _x_times(x, rho, g)) - 2 * m * jnp.sum(v * v)
-            + (2 * gam - 4 * m * a) * jnp.sum(x * v) - m * a**2 * (c - 1)
-        ) / c
-        return jnp.stack([lam, T_eff]) if _couples_through_moment(system.entropy) else lam[None]
+        return couplings(coords.multiplier_for_forces(x, v, rho, g, system), T_eff, system)
 
     def F(y, s, system):
         x, v = y
         rho = x * x
-        T_eff = s[1] if s.shape[0] > 1 else system.T
-        g = local_forces(rho, T_eff, system)
-        acc = (2 * (s[0] * x - _x_times(x, rho, g)) - 4 * system.damping * v) / (4 * system.mass)
-        return v, acc
+        g = local_forces(rho, fixed_temperature(s, system), system)
+        return v, coords.acceleration(x, v, rho, g, s[0], system)
 
     return s, F
 
@@ -230,12 +228,11 @@ def esdirk_step(
     unflat = lambda a: jtu.tree_unflatten(treedef, list(a))  # noqa: E731
 
     def size(delta, z):
-        scaled = jnp.abs(gdt * delta) / (atol + rtol * jnp.abs(_stack(z)))
-        return jnp.max(scaled)
+        return jnp.max(jnp.abs(gdt * delta) / (atol + rtol * jnp.abs(z)))
 
     stages = len(tableau.c) + 1
     # the tableau's rows padded to all stages: one traced stage body, looped (`lax.scan`),
-    # compiles several times faster than the stages written out
+    # compiles faster than the stages written out
     A = np.zeros((stages - 1, stages))
     pred = np.zeros((stages - 1, stages))
     for i, (a, p) in enumerate(zip(tableau.a_lower, tableau.a_predictor)):
@@ -259,7 +256,7 @@ def esdirk_step(
             residual = f - _stack(vf(ti, unflat(z)))
             delta = solve(fac, residual)
             f = f - delta
-            d = size(delta, unflat(z))
+            d = size(delta, z)
             theta = d / prev
             eta = jnp.where(it > 0, theta / (1 - theta), eta)
             done = (eta * d <= kappa) | (d == 0)
