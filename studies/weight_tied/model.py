@@ -7,7 +7,9 @@ $$u_l = x_l + e,\\quad a_l = \\mathrm{Attn}(\\mathrm{LN}_1 u_l),\\quad
   x_{l+1} = x_l + \\tfrac{c}{L}\\,\\big(a_l + \\mathrm{MLP}(\\mathrm{LN}_2(u_l + a_l))\\big),$$
 
 $x_0 = 0$, $e$ the token embedding: an explicit Euler discretization of
-$\\dot x = F(x, e)$ on $t\\in[0, c]$, so the loop index reads as continuous depth
+$\\dot x = F(x, e) - \\lambda x$ on $t\\in[0, c]$ ($\\lambda$ = `LoopedConfig.leak`, 0 by
+default; a leak $\\lambda > 0$ bounds the stream by $\\sup\\|F\\|/\\lambda$, since every input of
+$F$ is layer-normalized, and pulls the loop map toward a contraction), so the loop index reads as continuous depth
 $t_l = l\\,c/L$ (docs/math.md §6). Running more loops at the same step continues the same
 flow past the trained depth; that is what `extract_paths` records.
 
@@ -45,7 +47,8 @@ _TASKS = ("recall", "pointer")
 _LOOP_KINDS = ("transformer", "fisher", "linear")
 # fields added after the first cached weights: omitted from the fingerprint at these values
 _LATER_DEFAULTS = dict(task="recall", hops=1, loop_kind="transformer", mass=1.0, damping=1.0,
-                       learn_T=False, substeps=4, frozen_scores=False)
+                       learn_T=False, substeps=4, frozen_scores=False, leak=0.0,
+                       dose=1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +75,14 @@ class LoopedConfig:
       input embedding only, so every loop sees the same scores (for `"fisher"`: the
       attention is then exactly the damped relaxation toward fixed scores, the positive
       control of the fixed-target tests; for `"transformer"` the attention is constant).
+    - `dose` $\\beta \\in [0, 1]$, for `"fisher"` / `"linear"`: the attention is
+      $(1 - \\beta)\\,\\mathrm{stationary}(z_l) + \\beta\\,\\rho_{carried}$, a graded
+      architectural dose of the carried dynamics ($\\beta = 1$, the default: the carried
+      state alone; $\\beta = 0$: the plain transformer's attention, the carried state
+      still computed but unread).
+    - Residual: `leak` = $\\lambda \\ge 0$, the step is $x + (c/L)(\\text{block} - \\lambda x)$.
+      With $\\lambda = 0$ the stream grows without bound (no fixed point); a leak bounds it
+      and forgets what earlier loops wrote, so a loop can replace the key it follows.
 
     Fields at their defaults are left out of the cache fingerprint, so the weights cached
     for a config are found whatever fields were added later.
@@ -97,6 +108,8 @@ class LoopedConfig:
     learn_T: bool = False
     substeps: int = 4
     frozen_scores: bool = False
+    leak: float = 0.0
+    dose: float = 1.0
 
     def __post_init__(self):
         if not isinstance(self.entropy, AbstractEntropy):
@@ -114,6 +127,12 @@ class LoopedConfig:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.n_loops < 1 or not self.step > 0:
             raise ValueError("need n_loops >= 1 and step > 0")
+        if not 0 <= self.dose <= 1:
+            raise ValueError(f"dose must be in [0, 1], got {self.dose}")
+        if self.dose != 1 and self.loop_kind == "transformer":
+            raise ValueError("dose needs a carried loop (loop_kind 'fisher' or 'linear')")
+        if not self.leak >= 0:
+            raise ValueError(f"leak must be >= 0, got {self.leak}")
         if self.T is not None and not self.T > 0:
             raise ValueError(f"T must be > 0, got {self.T}")
 
@@ -274,6 +293,10 @@ class LoopedTransformer(eqx.Module):
             T = self.loop.temperature(self.config.temperature).astype(scores.dtype)
             carry = self.loop.advance(carry, scores, self.config.entropy, T, self.dt)
             rho = self.loop.weights(carry, self.config.entropy, T)
+            if self.config.dose != 1:
+                beta = jnp.asarray(self.config.dose, scores.dtype)
+                plain = stationary(self.config.entropy, scores, T[:, None, None])
+                rho = (1 - beta) * plain + beta * rho
         out = jnp.einsum("hqk,hkd->qhd", rho, v).reshape(x.shape[0], self.config.d_model)
         a = jax.vmap(self.wo)(out)
         return u, a, scores, rho, carry
@@ -284,6 +307,13 @@ class LoopedTransformer(eqx.Module):
     def _update(self, u, a):
         m = jax.vmap(self.mlp_out)(jax.nn.gelu(jax.vmap(self.mlp_in)(jax.vmap(self.ln_mlp)(u + a))))
         return a + m
+
+    def _step(self, x, u, a):
+        """One Euler step of the residual stream, $x + h(\\text{block} - \\lambda x)$."""
+        f = self._update(u, a)
+        if self.config.leak:
+            f = f - jnp.asarray(self.config.leak, x.dtype) * x
+        return x + jnp.asarray(self.dt, x.dtype) * f
 
     def embedding(self, tokens: Float[Array, "n_tok token_dim"]) -> Float[Array, "n_tok d_model"]:
         """The re-injected input $e$ of one problem."""
@@ -304,20 +334,19 @@ class LoopedTransformer(eqx.Module):
         `embedding`). The map whose fixed points `fixed_point_report` studies."""
         x, carry = state
         u, a, _, _, carry = self._attend(x, e, carry)
-        return x + jnp.asarray(self.dt, e.dtype) * self._update(u, a), carry
+        return self._step(x, u, a), carry
 
     def _scan(self, tokens, n_loops, state0, record_attn):
         n = self.config.n_loops if n_loops is None else int(n_loops)
         e = self.embedding(tokens)
         if state0 is None:
             state0 = self.initial_state(tokens)
-        dt = jnp.asarray(self.dt, e.dtype)
 
         def body(state, _):
             x, carry = state
             u, a, scores, rho, carry = self._attend(x, e, carry)
             rec = (rho, scores) if record_attn else ()
-            return (x + dt * self._update(u, a), carry), (rec, self._logits(x), x)
+            return (self._step(x, u, a), carry), (rec, self._logits(x), x)
 
         state_n, (rec, logits, xs) = jax.lax.scan(body, state0, length=n)
         xs = jnp.concatenate([xs, state_n[0][None]])
@@ -398,7 +427,7 @@ def init_looped(config: LoopedConfig, key: jax.Array) -> LoopedTransformer:
     A `LoopedTransformer` equal to the eagerly constructed one.
     """
     sizes = dataclasses.replace(config, entropy=Shannon(), n_loops=1, step=1.0, T=None, hops=1,
-                                mass=1.0, damping=1.0, substeps=4)
+                                mass=1.0, damping=1.0, substeps=4, leak=0.0, dose=1.0)
     model = _with_config(_init_looped(sizes, key), config)
     if model.loop is not None:  # its initial values come from the config, not the key
         model = eqx.tree_at(lambda m: m.loop, model, _make_loop(config))

@@ -83,7 +83,7 @@ from .protocol import (
 )
 from .task import pointer_task, task_batch
 from .training import train_looped
-from .verdict import CRITERION_LEVEL, bootstrap_ci, verdict
+from .verdict import CRITERION_LEVEL, bootstrap_ci, holm, median_interval, sign_test, verdict
 
 NAME = "weight_tied"
 
@@ -445,6 +445,35 @@ def protocol_answer(fd, g, ds, a, level):
                 seeds_used=ok if not failed else [], reasons=used["reasons"])
 
 
+def exact_tests(intervals, level):
+    """Per criterion with units, the exact statistics over seeds reported beside the
+    bootstrap: the sign test of the criterion's null (`Criterion.null`, one-sided toward
+    YES) with the smallest p its units allow, and the order-statistic interval of the
+    median with its exact coverage (with 4 seeds the range, 0.875, whatever `level` says)."""
+    out = {}
+    for c in PROTOCOL_CRITERIA:
+        iv = intervals.get(c.name)
+        units = None if iv is None or iv.unit_values is None else iv.unit_values
+        if units is None or np.all(np.isnan(units)):
+            continue
+        st = sign_test(units, c.null, c.alternative)
+        lo, hi, cov = median_interval(units, level)
+        out[c.name] = dict(unit_values=units.tolist(), sign_p=st.p, sign_min_p=st.min_p,
+                           units=st.n_units, above_null=st.statistic,
+                           median_interval=[lo, hi], coverage=cov)
+    return out
+
+
+def holm_over(exact, names):
+    """Holm's correction of the sign tests across every group in `names` x criterion (the
+    family of tests the normalizers' answers come from); writes `sign_p_holm` in place."""
+    keys = [(n, c) for n in names for c in exact[n]]
+    if keys:
+        adj, _ = holm(np.array([exact[n][c]["sign_p"] for n, c in keys]))
+        for (n, c), p in zip(keys, adj):
+            exact[n][c]["sign_p_holm"] = float(p)
+
+
 def iv_json(iv):
     if iv is None:
         return None
@@ -638,6 +667,10 @@ def main(argv=None):
                          float(best == g["entropy"].name), 1.0, tol=0,
                          explain=", ".join(f"{k} {v:.3g}" for k, v in rms.items()))
 
+    # exact tests over seeds, beside the bootstrap (they do not decide)
+    exact = {g["name"]: exact_tests(final[g["name"]].intervals, level) for g, _, _ in results}
+    holm_over(exact, [g["name"] for g in G if g["role"] == "normalizer"])
+
     # --------------------------------------------------------------------- report
     print(f"\n[{NAME}] criteria at level {level:.4f} (intervals over seeds)")
     table_rows = []
@@ -647,6 +680,12 @@ def main(argv=None):
               f"{np.mean([d['accuracy'] for d in ds]):.3f}")
         print(v.table())
         print(f"    answer: {v.overall} ({answers[g['name']]['reason']})")
+        for c, e in exact[g["name"]].items():
+            print(f"    {c}: sign test p = {e['sign_p']:.3g} (smallest possible with "
+                  f"{e['units']} seeds {e['sign_min_p']:.3g}"
+                  + (f", Holm {e['sign_p_holm']:.3g}" if "sign_p_holm" in e else "")
+                  + f"); median in [{e['median_interval'][0]:.3g}, "
+                  f"{e['median_interval'][1]:.3g}] with coverage {e['coverage']:.3f}")
         table_rows.append((g, ds, a, v))
     if not controls_ok:
         why = ([] if pos_ok else ["a positive control's answer was not YES"]) + (
@@ -684,6 +723,7 @@ def main(argv=None):
             seeds_used=answers[g["name"]]["seeds_used"],
             intervals={k: iv_json(iv) for k, iv in v.intervals.items()},
             holm_pvalues=v.holm_pvalues,
+            exact=exact[g["name"]],
             depth_gaps=[a["depth"].gap_L_2L, a["depth"].gap_2L_4L],
             mobility_points=None if a["mobility"] is None else a["mobility"].n_points,
             mobility_spread=None if a["mobility"] is None else a["mobility"].spread,

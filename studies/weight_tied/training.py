@@ -3,8 +3,10 @@
 The loss averages the readout's cross entropy over the later loops, so the computation is
 trained to settle rather than to pass through the answer. Fixed-point (DEQ-style) training
 draws the loop count per step, $n \\sim U\\{L_{lo}..L_{hi}\\}$ at the trained step $c/L$,
-optionally penalizing the last loop's relative residual $\\|x_n - x_{n-1}\\|^2/\\|x_n\\|^2$,
-so the loop is trained to converge rather than to be read at one depth.
+optionally penalizing the last loop's residual, relative $\\|x_n - x_{n-1}\\|^2/\\|x_n\\|^2$
+or absolute (the mean square of $x_n - x_{n-1}$ per entry), so the loop is trained to
+converge rather than to be read at one depth. The relative residual is also satisfied by a
+stream that grows linearly without converging; the absolute one is not.
 """
 
 from __future__ import annotations
@@ -67,9 +69,10 @@ def _loss_fn(model, tokens, labels, first):
     return jnp.mean(nll)
 
 
-def _deq_loss_fn(model, tokens, labels, n, loss_from, n_max, penalty):
+def _deq_loss_fn(model, tokens, labels, n, loss_from, n_max, penalty, absolute=False):
     """The loss at a drawn loop count n <= n_max: the cross entropy averaged over loops
-    floor(loss_from n)..n, plus `penalty` times the mean relative residual of loop n.
+    floor(loss_from n)..n, plus `penalty` times the mean residual of loop n (relative, or
+    per entry when `absolute`).
     The scan runs n_max loops (one compiled program for every n <= n_max); loops past n get
     zero weight."""
     logits, xs, _ = jax.vmap(lambda t: model.run(t, n_max))(tokens)
@@ -83,7 +86,10 @@ def _deq_loss_fn(model, tokens, labels, n, loss_from, n_max, penalty):
         x_n = jnp.take(xs, n, axis=1)
         x_prev = jnp.take(xs, n - 1, axis=1)
         num = jnp.sum((x_n - x_prev) ** 2, (-2, -1))
-        den = jnp.sum(x_n**2, (-2, -1)) + jnp.finfo(xs.dtype).tiny
+        if absolute:
+            den = jnp.asarray(x_n.shape[-2] * x_n.shape[-1], xs.dtype)
+        else:
+            den = jnp.sum(x_n**2, (-2, -1)) + jnp.finfo(xs.dtype).tiny
         loss = loss + penalty * jnp.mean(num / den)
     return loss
 
@@ -110,7 +116,7 @@ def _loop_counts(k_data, steps, lo, hi):
 
 @functools.lru_cache(maxsize=32)
 def _training_step(config, batch, first, lr, weight_decay, steps, n_max=None, loss_from=0.5,
-                   penalty=0.0):
+                   penalty=0.0, absolute=False):
     """(optimizer, compiled step) for one config and recipe, reused across calls; `n_max`
     selects the fixed-point loss at the step's loop count `n <= n_max` (an argument), the
     scan running n_max loops."""
@@ -128,7 +134,7 @@ def _training_step(config, batch, first, lr, weight_decay, steps, n_max=None, lo
                                                               first)
         else:
             loss, grads = eqx.filter_value_and_grad(_deq_loss_fn)(
-                model, data.tokens, data.labels, n, loss_from, n_max, penalty)
+                model, data.tokens, data.labels, n, loss_from, n_max, penalty, absolute)
         params = eqx.filter(model, eqx.is_inexact_array)
         updates, opt_state = optim.update(grads, opt_state, params)
         return eqx.apply_updates(model, updates), opt_state, loss
@@ -150,7 +156,7 @@ def _numeric_mode(config):
 
 
 def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_from, progress,
-              loops=None, residual_penalty=0.0):
+              loops=None, residual_penalty=0.0, absolute=False):
     first = min(int(math.floor(loss_from * config.n_loops)), config.n_loops)
     hyper = (batch, first, lr, weight_decay, steps)
     try:
@@ -165,7 +171,8 @@ def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_fro
     else:
         # a short run would spend the saving on compiling the other lengths
         buckets = _loop_buckets(*loops) if steps >= _SHORT_RUN else [loops[1]]
-        built = {b: build(config, *hyper, b, loss_from, residual_penalty) for b in buckets}
+        built = {b: build(config, *hyper, b, loss_from, residual_penalty, absolute)
+                 for b in buckets}
         optim = built[buckets[-1]][0]  # the same schedule for every length
         compiled = {b: step for b, (_, step) in built.items()}
         counts = _loop_counts(k_data, steps, *loops)
@@ -233,6 +240,7 @@ def train_looped(
     progress: bool = True,
     loops: int | tuple[int, int] | None = None,
     residual_penalty: float = 0.0,
+    residual: str = "relative",
 ) -> TrainedLooped:
     """Train a `LoopedTransformer` on its task (`config.task`: `recall_task` or
     `pointer_task`) with optax, deterministically from `seed`.
@@ -260,7 +268,10 @@ def train_looped(
       `floor(loss_from * n)..n`. With `steps >= 400` a step runs the shortest of four
       scan lengths up to `hi` that covers its n (the loops past n carry zero weight).
     - `residual_penalty`: with `loops = (lo, hi)`, adds this times the mean relative
-      residual $\\|x_n - x_{n-1}\\|^2/\\|x_n\\|^2$ of the last loop.
+      residual of the last loop: `residual="relative"`,
+      $\\|x_n - x_{n-1}\\|^2/\\|x_n\\|^2$, or `"absolute"`, the mean of $(x_n - x_{n-1})^2$
+      over the stream's entries (only the absolute residual rules out a stream that grows
+      linearly).
 
     The reported accuracy is at the trained L loops in either case.
 
@@ -281,11 +292,15 @@ def train_looped(
         loops = None
     if residual_penalty and loops is None:
         raise ValueError("residual_penalty needs loops=(lo, hi)")
+    if residual not in ("relative", "absolute"):
+        raise ValueError(f"residual must be 'relative' or 'absolute', got {residual!r}")
     recipe = dict(seed=int(seed), steps=int(steps), batch=int(batch), lr=float(lr),
                   weight_decay=float(weight_decay), loss_from=float(loss_from),
                   eval_batch=int(eval_batch))
     if loops is not None:  # only then in the key: the plain recipe keeps its cached weights
         recipe.update(loops=list(loops), residual_penalty=float(residual_penalty))
+        if residual != "relative":  # only then: earlier recipes keep their cached weights
+            recipe.update(residual=residual)
     k_init, k_data, k_eval = jr.split(jr.PRNGKey(seed), 3)
     if use_cache:
         root = default_cache_dir() if cache_dir is None else cache_dir
@@ -299,7 +314,8 @@ def train_looped(
         model, losses, seconds, step_ms = _optimize(
             model, config, k_data, steps=int(steps), batch=int(batch), lr=float(lr),
             weight_decay=float(weight_decay), loss_from=float(loss_from), progress=progress,
-            loops=loops, residual_penalty=float(residual_penalty))
+            loops=loops, residual_penalty=float(residual_penalty),
+            absolute=residual == "absolute")
         accuracy = evaluate_looped(model, k_eval, eval_batch)
     if progress:
         print(f"train_looped: {config.entropy!r} accuracy {accuracy:.3f} "

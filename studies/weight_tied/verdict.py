@@ -36,9 +36,18 @@ otherwise. A pipeline that does not answer YES on the positive control and NO (o
 least one criterion) on each negative control has not shown that it can tell the two
 apart: `verdict(..., controls_ok=False)` then reports the overall answer as INCONCLUSIVE
 whatever the criteria say.
+
+**Exact small-sample tests.** With 4-12 units the percentile bootstrap interval is close
+to the range and its p-values sit at their floor $1/(B+1)$, which says nothing about the
+units. `sign_test`, `sign_flip_test` (`ExactTest`) and `median_interval` are exact over
+units and report the smallest p (or the coverage) the number of units allows; they are
+meant to be reported beside the bootstrap, not to replace the decisions above.
 """
 
 from __future__ import annotations
+
+import math
+import warnings
 
 from collections.abc import Callable, Mapping, Sequence
 
@@ -55,10 +64,14 @@ __all__ = [
     "CRITERION_LEVEL",
     "CRITERIA",
     "Criterion",
+    "ExactTest",
     "Interval",
     "Verdict",
     "bootstrap_ci",
     "holm",
+    "median_interval",
+    "sign_flip_test",
+    "sign_test",
     "verdict",
 ]
 
@@ -69,7 +82,9 @@ class Interval(eqx.Module):
     """A point estimate with a percentile bootstrap interval.
 
     **Fields:** `estimate` (the statistic of the data as given), `low`, `high`, `level`,
-    `n_units` (units resampled), `replicates` (the bootstrap statistics, for p-values).
+    `n_units` (units resampled), `replicates` (the bootstrap statistics, for p-values),
+    `unit_values` (the statistic of each unit on its own, for the exact tests over units;
+    None where the interval was not made from units).
     """
 
     estimate: float
@@ -78,6 +93,7 @@ class Interval(eqx.Module):
     level: float
     n_units: int
     replicates: np.ndarray
+    unit_values: np.ndarray | None = None
 
     def pvalue(self, null: float, alternative: str = "greater") -> float:
         """The bootstrap p-value of `H0: statistic <= null` (`"greater"`), `>= null`
@@ -128,8 +144,9 @@ def bootstrap_ci(
 
     **Returns:**
 
-    An `Interval`. With a single unit no spread can be estimated: the interval is
-    $(-\\infty, \\infty)$, so that no criterion can decide on one model.
+    An `Interval`, with `unit_values` the statistic of each unit alone. With a single
+    unit no spread can be estimated: the interval is $(-\\infty, \\infty)$, so that no
+    criterion can decide on one model.
     """
     a = np.asarray(values, np.float64)
     if a.ndim == 0 or a.shape[0] < 1:
@@ -139,19 +156,22 @@ def bootstrap_ci(
     stat = _nanmean if statistic is None else statistic
     est = float(stat(a))
     n = a.shape[0]
+    with warnings.catch_warnings():  # a unit of NaNs alone has a NaN statistic, not an error
+        warnings.simplefilter("ignore", RuntimeWarning)
+        units = np.array([float(stat(a[i:i + 1])) for i in range(n)])
     if n == 1:
-        return Interval(est, -np.inf, np.inf, float(level), 1, np.full(1, est))
+        return Interval(est, -np.inf, np.inf, float(level), 1, np.full(1, est), units)
     idx = np.random.default_rng(seed).integers(0, n, size=(int(n_boot), n))
     reps = np.array([float(stat(a[i])) for i in idx])
     kept = reps[~np.isnan(reps)]
     if kept.size == 0:
-        return Interval(est, float("nan"), float("nan"), float(level), n, reps)
+        return Interval(est, float("nan"), float("nan"), float(level), n, reps, units)
     alpha = 1 - level
     # an infinite replicate (e.g. a ratio over a zero gap) is a value, not a gap: quantiles
     # without interpolation keep it
     method = "linear" if np.all(np.isfinite(kept)) else "inverted_cdf"
     lo, hi = np.quantile(kept, [alpha / 2, 1 - alpha / 2], method=method)
-    return Interval(est, float(lo), float(hi), float(level), n, reps)
+    return Interval(est, float(lo), float(hi), float(level), n, reps, units)
 
 
 def holm(pvalues: Float[ArrayLike, " k"], alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
@@ -172,6 +192,171 @@ def holm(pvalues: Float[ArrayLike, " k"], alpha: float = 0.05) -> tuple[np.ndarr
         scaled = np.minimum(1.0, (k - np.arange(k)) * p[idx])
         adj[idx] = np.maximum.accumulate(scaled)
     return adj, np.where(ok, adj <= alpha, False)
+
+
+class ExactTest(eqx.Module):
+    """The result of an exact one-sided test over units (`sign_test`, `sign_flip_test`).
+
+    **Fields:** `p` (the exact p-value), `min_p` (the smallest p these units could give
+    whatever their values: a p at `min_p` is as strong as the data can be), `n_units`
+    (units the test used, after the documented drops), `statistic` (the number of units
+    on the YES side for `"sign"`, the mean of `values - null` for `"sign-flip"`), `method`.
+    """
+
+    p: float
+    min_p: float
+    n_units: int
+    statistic: float
+    method: str
+
+
+def _units(values, name: str) -> np.ndarray:
+    """The per-unit values as a 1-D float array, NaN units dropped (infinite ones kept)."""
+    a = np.asarray(values, np.float64)
+    if a.ndim != 1:
+        raise ValueError(f"{name}: values must be 1-D (one number per unit), got shape "
+                         f"{a.shape}")
+    if a.size == 0:
+        raise ValueError(f"{name}: values are empty (no units)")
+    a = a[~np.isnan(a)]
+    if a.size == 0:
+        raise ValueError(f"{name}: every unit is NaN")
+    return a
+
+
+def _check_alternative(alternative: str, name: str) -> None:
+    if alternative not in ("greater", "less"):
+        raise ValueError(f"{name}: alternative must be 'greater' (YES above the null) or "
+                         f"'less' (YES below it), got {alternative!r}")
+
+
+def _binom_sf_half(k: int, n: int) -> float:
+    """$P(\\mathrm{Binom}(n, 1/2) \\ge k)$, exactly (integer sums, one rounding)."""
+    # integers: no cancellation in the tail sum, one correctly rounded division at the end
+    return sum(math.comb(n, j) for j in range(max(k, 0), n + 1)) / 2**n
+
+
+def sign_test(
+    values: Float[ArrayLike, " units"], null: float, alternative: str = "greater"
+) -> ExactTest:
+    """Exact one-sided binomial sign test of the median of the units.
+
+    H0 is "the median is on the NO side of `null`": $\\mathrm{median} \\le$ `null` for
+    `"greater"`, $\\ge$ `null` for `"less"`. With $s$ the number of units strictly on the
+    YES side and $n$ the units that differ from `null`,
+    $p = P(\\mathrm{Binom}(n, 1/2) \\ge s)$. It assumes only independent units.
+
+    **Arguments:**
+
+    - `values`: one number per unit, shape `(units,)`. NaN units are dropped; units equal
+      to `null` are dropped too (the standard convention for ties: they carry no sign).
+      Infinite values are allowed (they have a sign).
+    - `null`: the threshold (`Criterion.null`).
+    - `alternative`: `"greater"` (YES lies above `null`) or `"less"` (below).
+
+    **Returns:**
+
+    An `ExactTest` with `method="sign"`, `statistic` $= s$, `n_units` $= n$ and
+    `min_p` $= 2^{-n}$. If every unit ties with `null`, $n = 0$ and $p = 1$: no evidence.
+    """
+    _check_alternative(alternative, "sign_test")
+    a = _units(values, "sign_test")
+    d = a - null if alternative == "greater" else null - a
+    n = int(np.sum(d != 0))
+    s = int(np.sum(d > 0))
+    return ExactTest(_binom_sf_half(s, n), 0.5**n, n, s, "sign")
+
+
+def sign_flip_test(
+    values: Float[ArrayLike, " units"],
+    null: float,
+    alternative: str = "greater",
+    max_exact: int = 20,
+) -> ExactTest:
+    """Exact sign-flip permutation test of the mean of `values - null`.
+
+    Under H0 ("the units are symmetric about `null`", which contains the NO side's
+    boundary) each $d_i = x_i - \\text{null}$ is as likely $\\pm|d_i|$; the p-value is the
+    fraction of all $2^n$ sign patterns whose mean is at least the observed one
+    (`"greater"`) or at most it (`"less"`), the observed pattern included. More powerful
+    than `sign_test` when the magnitudes carry information, at the price of symmetry.
+
+    **Arguments:**
+
+    - `values`: one number per unit, shape `(units,)`; NaN units are dropped. Infinite
+      values are an error (a mean with $\\pm\\infty$ terms has no sign pattern); use
+      `sign_test` for them.
+    - `null`: the threshold; `alternative`: `"greater"` or `"less"`, as in `sign_test`.
+    - `max_exact`: the most units enumerated ($2^n$ patterns); more is an error, never a
+      silent Monte-Carlo approximation.
+
+    **Returns:**
+
+    An `ExactTest` with `method="sign-flip"`, `statistic` the observed mean of
+    `values - null`, `n_units` the units used (NaN dropped; units equal to `null` are kept,
+    they flip to themselves) and `min_p` $= 2^{-m}$ with $m$ the units that differ from
+    `null` ($= 2^{-n}$ without ties: tied units only duplicate patterns).
+    """
+    _check_alternative(alternative, "sign_flip_test")
+    a = _units(values, "sign_flip_test")
+    if not np.all(np.isfinite(a)):
+        raise ValueError("sign_flip_test: values must be finite (NaN is dropped, +-inf is "
+                         "not); use sign_test for infinite units")
+    n = a.size
+    if n > max_exact:
+        raise ValueError(f"sign_flip_test: {n} units need 2**{n} sign patterns, more than "
+                         f"max_exact={max_exact} allows; raise max_exact explicitly")
+    d = a - null
+    sums = np.zeros(1)
+    for di in d:  # the sums of all 2^n patterns, one unit at a time
+        sums = np.concatenate([sums + di, sums - di])
+    observed = float(np.sum(d))
+    # patterns tied with the observed sum in exact arithmetic may differ by rounding
+    tol = 1e-12 * max(float(np.sum(np.abs(d))), 1e-300)
+    if alternative == "greater":
+        count = int(np.sum(sums >= observed - tol))
+    else:
+        count = int(np.sum(sums <= observed + tol))
+    m = int(np.sum(d != 0))
+    return ExactTest(count / 2**n, 0.5**m, n, observed / n, "sign-flip")
+
+
+def median_interval(
+    values: Float[ArrayLike, " units"], level: float = 0.95
+) -> tuple[float, float, float]:
+    """Distribution-free confidence interval of the median from order statistics.
+
+    $(x_{(k)}, x_{(n+1-k)})$ covers the median of any continuous distribution with
+    probability exactly $1 - 2P(\\mathrm{Binom}(n, 1/2) \\le k - 1)$ (at least that for a
+    discrete one). The largest $k$ (the narrowest pair) whose coverage is at least `level`
+    is taken.
+
+    **Arguments:**
+
+    - `values`: one number per unit, shape `(units,)`; NaN units are dropped.
+    - `level`: the coverage wanted, in $(0, 1)$.
+
+    **Returns:**
+
+    `(low, high, coverage)`, with `coverage` the exact coverage achieved, never the level
+    asked for: when even the range ($k = 1$, coverage $1 - 2^{1-n}$) falls short, the
+    range is returned with its own coverage (with 4 units, 0.875; with 1 unit, 0: a single
+    point).
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"median_interval: level must be in (0, 1), got {level}")
+    x = np.sort(_units(values, "median_interval"))
+    n = x.size
+
+    def coverage(k):
+        # P(B <= k-1) = P(B >= n-k+1) by symmetry: a tail sum, not 1 minus one
+        return 1 - 2 * _binom_sf_half(n - k + 1, n)
+
+    k = 1
+    # coverage falls as k grows; k stops at the middle pair (or the middle point, n odd)
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= level:
+        k += 1
+    return float(x[k - 1]), float(x[n - k]), float(coverage(k))
 
 
 class Criterion(eqx.Module):

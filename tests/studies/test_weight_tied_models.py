@@ -466,3 +466,116 @@ def test_learnable_temperature_is_per_head_and_starts_at_the_config_T():
     np.testing.assert_allclose(np.asarray(fixed.temperature(1.7)), 1.7, rtol=1e-7)
     np.testing.assert_allclose(np.asarray(fixed.mass), 0.5, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(fixed.damping), 2.0, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# the contracting loop: a leaky residual, trained against the absolute residual
+
+
+def test_leaky_loop_is_the_plain_loop_minus_the_leak():
+    # Reference: the plain loop map with the same weights. The leaky step is
+    # x + h (F(x) - lam x), so Phi_lam(x) = Phi_0(x) - h lam x exactly (float64, 1e-13 on
+    # states of norm ~1); the leak leaves the weights and, at 0, the cache key unchanged.
+    cfg0 = dataclasses.replace(FP_TINY, task="pointer", hops=2, n_pairs=4, dim=6)
+    leaky = dataclasses.replace(cfg0, leak=1.5)
+    assert "leak" not in cfg0.fingerprint() and leaky.fingerprint()["leak"] == 1.5
+    m0 = _f64(init_looped(cfg0, jr.PRNGKey(4)))
+    m1 = _f64(init_looped(leaky, jr.PRNGKey(4)))
+    tok = jnp.asarray(task_batch(cfg0, jr.PRNGKey(5), 1).tokens[0], jnp.float64)
+    e = m0.embedding(tok)
+    x = jr.normal(jr.PRNGKey(6), e.shape, jnp.float64)
+    got = m1.loop_map((x, None), e)[0]
+    want = m0.loop_map((x, None), e)[0] - m0.dt * 1.5 * x
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=1e-13)
+    # the trace runs the same step: its last state is n loop maps from x_0 = 0
+    state = m1.initial_state(tok)
+    for _ in range(leaky.n_loops):
+        state = m1.loop_map(state, e)
+    np.testing.assert_allclose(np.asarray(m1.run(tok)[1][-1]), np.asarray(state[0]),
+                               rtol=0, atol=1e-13)
+    with pytest.raises(ValueError, match="leak"):
+        dataclasses.replace(cfg0, leak=-1.0)
+
+
+def test_leak_bounds_the_stream_that_grows_without_it():
+    # Reference: the bound |x| <= sup|F| / lam of x' = F - lam x, with sup|F| taken over
+    # the visited states. Every input of the block is layer-normalized, so F stays O(1):
+    # without a leak an untrained loop's stream grows about linearly in the loops (the
+    # study's transformers: |x_n| ~ n), with lam = 2 it stays below max|F| / 2 at every
+    # loop of 400.
+    cfg = dataclasses.replace(FP_TINY, task="pointer", hops=2, n_pairs=4, dim=6)
+    tok = jnp.asarray(task_batch(cfg, jr.PRNGKey(5), 1).tokens[0], jnp.float64)
+    norms = {}
+    for lam in (0.0, 2.0):
+        m = _f64(init_looped(dataclasses.replace(cfg, leak=lam), jr.PRNGKey(4)))
+        xs = np.asarray(m.run(tok, 400)[1])
+        norms[lam] = np.linalg.norm(xs.reshape(401, -1), axis=1)
+        if lam:
+            e = m.embedding(tok)
+            F = [np.linalg.norm(np.asarray(m._update(*m._attend(jnp.asarray(x), e)[:2])))
+                 for x in xs[::10]]
+            assert norms[lam].max() <= max(F) / lam * (1 + 1e-9)
+    assert norms[0.0][400] > 3 * norms[0.0][100] > 0  # linear growth: ~4x
+    assert norms[2.0][400] < 1.01 * norms[2.0][100]
+
+
+def test_absolute_residual_penalty_is_the_mean_square_step(tmp_path):
+    # Reference: the penalty recomputed by hand from the model's own states, the mean of
+    # (x_n - x_{n-1})^2 over batch and entries, and the relative one as before; the recipe
+    # key records "absolute" only (earlier caches keep their keys) and bad names are refused.
+    from weight_tied.training import _deq_loss_fn, train_looped
+
+    cfg = FP_TINY
+    m = _f64(init_looped(cfg, jr.PRNGKey(3)))
+    data = task_batch(cfg, jr.PRNGKey(8), 4)
+    tok = jnp.asarray(data.tokens, jnp.float64)
+    n, n_max = jnp.asarray(4), 6
+    base = _deq_loss_fn(m, tok, data.labels, n, 0.5, n_max, 0.0)
+    absolute = _deq_loss_fn(m, tok, data.labels, n, 0.5, n_max, 2.0, True)
+    relative = _deq_loss_fn(m, tok, data.labels, n, 0.5, n_max, 2.0, False)
+    xs = np.stack([np.asarray(m.run(t, n_max)[1]) for t in tok])  # (B, n_max + 1, ...)
+    step = xs[:, 4] - xs[:, 3]
+    np.testing.assert_allclose(float(absolute - base), 2.0 * np.mean(step**2), rtol=1e-10)
+    rel = np.mean(np.sum(step**2, (1, 2)) / np.sum(xs[:, 4] ** 2, (1, 2)))
+    np.testing.assert_allclose(float(relative - base), 2.0 * rel, rtol=1e-10)
+    import json
+
+    kw = dict(seed=1, steps=2, batch=4, eval_batch=8, progress=False, cache_dir=tmp_path,
+              loops=(3, 6), residual_penalty=1.0)
+    tr = train_looped(cfg, residual="absolute", **kw)
+    assert np.all(np.isfinite(tr.loss_history))
+    meta = json.loads(open(tr.path.replace(".eqx", ".json")).read())
+    assert meta["recipe"]["residual"] == "absolute"
+    rel = train_looped(cfg, **kw)
+    assert "residual" not in json.loads(open(rel.path.replace(".eqx", ".json")).read())["recipe"]
+    with pytest.raises(ValueError, match="residual"):
+        train_looped(cfg, residual="squared", **kw)
+
+
+def test_dose_mixes_the_normalizer_and_the_carried_state():
+    # Reference: the two ends computed separately at the same loop state, the carried
+    # state's weights (dose 1) and softmax of the loop's scores by hand (Shannon, T the
+    # model's): the dosed attention is their mixture to 1e-13, and the carried state
+    # advances the same whatever the dose.
+    cfg = dataclasses.replace(FISHER_TINY, entropy=fd.Shannon())
+    tok = jnp.asarray(_pointer_problems(cfg).tokens[0], jnp.float64)
+    full = _f64(init_looped(cfg, jr.PRNGKey(1)))
+    e = full.embedding(tok)
+    x, c = full.initial_state(tok)
+    x = x + 0.3 * jr.normal(jr.PRNGKey(2), x.shape, jnp.float64)
+    _, _, scores, rho1, c1 = full._attend(x, e, c)
+    z = np.asarray(scores) / full.T
+    soft = np.exp(z - z.max(-1, keepdims=True))
+    soft /= soft.sum(-1, keepdims=True)
+    for beta in (0.0, 0.5):
+        m = _f64(init_looped(dataclasses.replace(cfg, dose=beta), jr.PRNGKey(1)))
+        _, _, s, rho, cb = m._attend(x, e, c)
+        np.testing.assert_allclose(np.asarray(s), np.asarray(scores), rtol=0, atol=0)
+        np.testing.assert_allclose(np.asarray(rho), (1 - beta) * soft + beta * np.asarray(rho1),
+                                   rtol=0, atol=1e-13)
+        for a, b in zip(jax.tree_util.tree_leaves(cb), jax.tree_util.tree_leaves(c1)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="dose"):
+        dataclasses.replace(cfg, dose=1.5)
+    with pytest.raises(ValueError, match="carried"):
+        dataclasses.replace(cfg, loop_kind="transformer", dose=0.5)
