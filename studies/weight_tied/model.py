@@ -48,7 +48,7 @@ _LOOP_KINDS = ("transformer", "fisher", "linear")
 # fields added after the first cached weights: omitted from the fingerprint at these values
 _LATER_DEFAULTS = dict(task="recall", hops=1, loop_kind="transformer", mass=1.0, damping=1.0,
                        learn_T=False, substeps=4, frozen_scores=False, leak=0.0,
-                       dose=1.0)
+                       dose=1.0, distinct_labels=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +60,8 @@ class LoopedConfig:
     - Task: `task` = `"recall"` (`recall_task`) or `"pointer"` (`pointer_task` with
       `n_pairs` nodes and `hops` links); `n_pairs` context pairs (nodes),
       `dim`-dimensional $\\pm1$ keys, `n_classes` labels (None = `n_pairs`), `corrupt`
-      fraction of query bits flipped.
+      fraction of query bits flipped; `distinct_labels` (pointer task): the nodes' labels
+      are distinct, so that the most frequent label is no shortcut (`pointer_task`).
     - Model: width `d_model`, `n_heads` heads of width `d_model // n_heads`, MLP width
       `d_mlp`, `n_loops` = L trained loops, `step` = c (residual step c/L), `entropy` the
       attention normalizer, `T` its temperature (None = $\\sqrt{d_{head}}$, the standard
@@ -110,6 +111,7 @@ class LoopedConfig:
     frozen_scores: bool = False
     leak: float = 0.0
     dose: float = 1.0
+    distinct_labels: bool = False
 
     def __post_init__(self):
         if not isinstance(self.entropy, AbstractEntropy):
@@ -427,7 +429,8 @@ def init_looped(config: LoopedConfig, key: jax.Array) -> LoopedTransformer:
     A `LoopedTransformer` equal to the eagerly constructed one.
     """
     sizes = dataclasses.replace(config, entropy=Shannon(), n_loops=1, step=1.0, T=None, hops=1,
-                                mass=1.0, damping=1.0, substeps=4, leak=0.0, dose=1.0)
+                                mass=1.0, damping=1.0, substeps=4, leak=0.0, dose=1.0,
+                                distinct_labels=False)
     model = _with_config(_init_looped(sizes, key), config)
     if model.loop is not None:  # its initial values come from the config, not the key
         model = eqx.tree_at(lambda m: m.loop, model, _make_loop(config))

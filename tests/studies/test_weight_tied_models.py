@@ -63,6 +63,26 @@ def test_pointer_task_matches_numpy_following(hops):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.parametrize("n_classes", [8, 20])
+def test_pointer_task_distinct_labels(n_classes):
+    # References: numpy following (as above) still gives labels, targets and chains; each
+    # problem's node labels (read off the context's one-hots) are distinct, and every class
+    # is used (chi-square-free check: each of n_classes appears across 512 problems); fewer
+    # classes than nodes is refused.
+    n_nodes, dim, hops = 8, 24, 3
+    b = pointer_task(jr.PRNGKey(9), 512, n_nodes, hops, dim, n_classes=n_classes,
+                     distinct_labels=True)
+    tok = np.asarray(b.tokens)
+    labels, target, chain = _follow(tok, dim, hops)
+    np.testing.assert_array_equal(np.asarray(b.labels), labels)
+    np.testing.assert_array_equal(np.asarray(b.chain), chain)
+    ctx_labels = np.argmax(tok[:, :-1, 2 * dim:-1], -1)
+    assert all(len(set(row)) == n_nodes for row in ctx_labels)
+    assert set(ctx_labels.ravel()) == set(range(n_classes))
+    with pytest.raises(ValueError, match="distinct"):
+        pointer_task(jr.PRNGKey(9), 2, n_nodes, hops, dim, n_classes=4, distinct_labels=True)
+
+
 def test_pointer_one_hop_is_lookup_and_links_form_one_cycle():
     # Reference: the definition. hops = 1: the label is the one stored on the token whose
     # first key is the query key (a one-hop lookup); following n_nodes links returns to
