@@ -599,3 +599,41 @@ def test_dose_mixes_the_normalizer_and_the_carried_state():
         dataclasses.replace(cfg, dose=1.5)
     with pytest.raises(ValueError, match="carried"):
         dataclasses.replace(cfg, loop_kind="transformer", dose=0.5)
+
+
+def test_mode_shortcut_accuracy_by_hand():
+    # Reference: hand-built problems. Context labels [0, 0, 1] and answer 0: the mode is
+    # right (1); labels [0, 1, 2] (a three-way tie) and answer 2: right a third of the time;
+    # labels [1, 1, 0] and answer 0: wrong. Mean 4/9.
+    from weight_tied.pilot import mode_shortcut_accuracy
+
+    dim, C = 2, 3
+
+    def tok(labels):
+        ctx = [np.concatenate([np.zeros(2 * dim), np.eye(C)[lab], [0.0]]) for lab in labels]
+        return np.stack(ctx + [np.concatenate([np.zeros(2 * dim + C), [1.0]])])
+
+    batch = PointerBatch(np.stack([tok([0, 0, 1]), tok([0, 1, 2]), tok([1, 1, 0])]),
+                         np.array([0, 2, 0]), None, None)
+    assert mode_shortcut_accuracy(batch, dim, C) == pytest.approx(4 / 9, rel=1e-12)
+    # on generated data it is the frequency rule's accuracy, about 0.32 at 8 nodes
+    b = pointer_task(jr.PRNGKey(0), 4000, 8, 2, 16)
+    assert 0.29 < mode_shortcut_accuracy(b, 16, 8) < 0.35
+
+
+def test_pilot_reports_the_preconditions_of_a_model(tmp_path, monkeypatch, capsys):
+    # A smoke run of `python studies/weight_tied pilot` (3 training steps): it reports every
+    # precondition with its number, and an untrained model fails the accuracy one.
+    monkeypatch.setenv("FISHERDYN_CACHE", str(tmp_path))
+    from weight_tied.pilot import main
+
+    out = main(["--nodes", "4", "--hops", "2", "--dim", "8", "--width", "8", "--loops", "2",
+                "--steps", "3", "--batch", "4", "--problems", "8", "--fp-problems", "2",
+                "--jacobians", "1", "--no-progress", "--json", str(tmp_path / "p.json")])
+    values = out["preconditions"]["values"]
+    assert set(values) == {"accuracy", "spectral_radius", "endpoint_distance", "depth_ratio"}
+    assert all(np.isfinite(v) for v in values.values())
+    assert any(f.startswith("accuracy") for f in out["preconditions"]["failed"])
+    assert len(out["accuracy_by_loop"]) == 4 * 2 + 1 and out["chance"] == 0.25
+    assert "preconditions (protocol" in capsys.readouterr().out
+    assert (tmp_path / "p.json").exists()
