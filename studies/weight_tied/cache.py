@@ -1,4 +1,5 @@
-"""Where trained looped-transformer weights are cached, and how they are written."""
+"""Where trained looped-transformer weights and the study's per-model results are cached,
+and how they are written."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import hashlib
 import json
 import os
 import pathlib
+import pickle
 import tempfile
 from typing import Callable, IO
 
@@ -57,3 +59,36 @@ def atomic_write(path: pathlib.Path, write: Callable[[IO[bytes]], object]) -> No
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def source_digest(*packages) -> str:
+    """SHA-256 of the Python sources of the given packages (modules with `__file__`): a
+    cached result computed by other code is never read back."""
+    h = hashlib.sha256()
+    for pkg in packages:
+        root = pathlib.Path(pkg.__file__).parent
+        for f in sorted(root.rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def result_path(key: dict, cache_dir: str | os.PathLike) -> pathlib.Path:
+    """The file of one model's cached study result, named by a hash of `key` (a JSON-able
+    description of everything the result depends on)."""
+    blob = json.dumps(key, sort_keys=True, default=repr)
+    digest = hashlib.sha256(blob.encode()).hexdigest()[:24]
+    return pathlib.Path(cache_dir) / "weight_tied_results" / f"{digest}.pkl"
+
+
+def load_result(path: pathlib.Path):
+    """The cached result at `path`, or None (missing or unreadable: then it is recomputed)."""
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return None
+
+
+def save_result(path: pathlib.Path, result) -> None:
+    atomic_write(path, lambda f: pickle.dump(result, f, protocol=pickle.HIGHEST_PROTOCOL))

@@ -9,9 +9,9 @@ $$u_l = x_l + e,\\quad a_l = \\mathrm{Attn}(\\mathrm{LN}_1 u_l),\\quad
 $x_0 = 0$, $e$ the token embedding: an explicit Euler discretization of
 $\\dot x = F(x, e) - \\lambda x$ on $t\\in[0, c]$ ($\\lambda$ = `LoopedConfig.leak`, 0 by
 default; a leak $\\lambda > 0$ bounds the stream by $\\sup\\|F\\|/\\lambda$, since every input of
-$F$ is layer-normalized, and pulls the loop map toward a contraction), so the loop index reads as continuous depth
-$t_l = l\\,c/L$ (docs/math.md §6). Running more loops at the same step continues the same
-flow past the trained depth; that is what `extract_paths` records.
+$F$ is layer-normalized, and pulls the loop map toward a contraction), so the loop index
+reads as continuous depth $t_l = l\\,c/L$ (docs/math.md §6). Running more loops at the same
+step continues the same flow past the trained depth; that is what `extract_paths` records.
 
 `LoopedConfig.loop_kind` chooses what the attention of a loop is: the normalizer of that
 loop's scores (`"transformer"`), or the state of a dynamics carried across loops and driven

@@ -4,18 +4,20 @@ replicated over seeds, with a verdict whose criteria are fixed in code before th
 
 Every model is trained on multi-hop pointer chasing (`pointer_task`: the query
 must follow `hops` links, so attention has to move between keys across loops) with
-fixed-point (DEQ-style) training over random loop counts in [L, 3L]. The unit of replication
-is the trained model: `seeds` models per group. Groups:
+fixed-point (DEQ-style) training over random loop counts in [L, 3L], on a contracting loop
+(a leaky residual, `LoopedConfig.leak`, and the absolute residual penalty). The unit of
+replication is the trained model: `seeds` models per group. Groups:
 
 - normalizers (the question): looped transformers whose attention is
   `stationary(entropy, scores, T)` of each loop's scores, for Shannon, Tsallis(1.5),
   Kaniadakis(0.3);
-- positive controls, Tsallis(1.5) and Kaniadakis(0.3): `FisherLoop` models with frozen
+- positive controls, one per family: `FisherLoop` models with frozen
   scores (`LoopedConfig(loop_kind="fisher", frozen_scores=True)`): their attention *is* the
   damped relaxation toward fixed scores, so every applicable test must say YES and the fit
   must recover the family and (m, gamma, T). Tsallis' mobility rho G'(rho) = 1.5 rho^0.5
   spreads over the keys, so it is the control of test 2; Kaniadakis(0.3)'s stays within a
-  few percent of 1 on dense fixed points, where the slope is not identified (N/A);
+  few percent of 1 on dense fixed points, where the slope is not identified (N/A), and
+  Shannon's is constant (N/A);
 - negative controls: the same model with linear second-order score dynamics
   (`loop_kind="linear"`, as many parameters) and untrained (random-weight) transformers;
   each must be told NO on at least one criterion;
@@ -48,8 +50,10 @@ negatives NO), no YES or NO of a normalizer stands (INCONCLUSIVE).
     python studies/weight_tied [--quick] [--out figures] [--workers 2]
 
 The models are trained and measured in two spawned worker processes, longest first
-(`--workers`); the results do not depend on how many. Weights are cached
-(`FISHERDYN_CACHE`): a rerun only measures. Quick mode (the test suite's
+(`--workers`); the results do not depend on how many. Weights and each model's measured
+results are cached (under `FISHERDYN_CACHE`): an interrupted run resumes with the models
+it finished, and a rerun with the same code and settings reads every result back
+(`FISHERDYN_STUDY_CACHE=0` measures again). Quick mode (the test suite's
 run) uses Shannon for every group, 2 seeds, short training and few problems: it checks
 that the pipeline runs end to end and that its controls come out, not the answer.
 """
@@ -58,6 +62,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 
 import numpy as np
@@ -69,6 +74,7 @@ from .evidence_response import linear_response
 from .evidence_shape import isotropy, support_revival
 from .figures import fig_paths, figure, fmt_iv
 from .fixed_point import fixed_point_report
+from .cache import default_cache_dir, load_result, result_path, save_result, source_digest
 from .model import LoopedConfig, init_looped
 from .paths import evaluate_looped, extract_paths
 from .protocol import (
@@ -87,13 +93,16 @@ from .verdict import CRITERION_LEVEL, bootstrap_ci, holm, median_interval, sign_
 
 NAME = "weight_tied"
 
+# leak 1: the residual stream is x' = F(x, e) - x, bounded, so the loop can have a fixed
+# point (without it the stream grows linearly and none of the models has one)
 MODEL = dict(task="pointer", n_pairs=4, hops=2, dim=8, d_model=16, n_heads=2, d_mlp=32,
-             n_loops=8, step=2.0)
+             n_loops=8, step=2.0, leak=1.0)
 # The controls need trained weights, not the best ones: the frozen-score loops' accuracy
 # hardly grows beyond 600 steps.
 FULL = dict(seeds=4, steps=dict(normalizer=4000, control=600), batch=64, eval_batch=512,
             problems=128, n_jacobian=4, fp_loops=128, families=("shannon", "tsallis", "kaniadakis"),
-            positive_families=("tsallis", "kaniadakis"), control_family="kaniadakis",
+            positive_families=("shannon", "tsallis", "kaniadakis"),
+            control_family="kaniadakis",
             identify=True)
 QUICK = dict(seeds=2, steps=dict(normalizer=40, control=40), batch=32, eval_batch=256,
              problems=16, n_jacobian=1, fp_loops=128, families=("shannon",),
@@ -104,7 +113,8 @@ QUICK = dict(seeds=2, steps=dict(normalizer=40, control=40), batch=32, eval_batc
 # The linear control's (a, b) start at 1/0.3.
 POSITIVE = dict(mass=0.02, damping=1.0, substeps=8)
 LINEAR = dict(mass=0.3, damping=1.0)
-DEQ = dict(residual_penalty=0.1)
+# the absolute residual: the relative one is satisfied by a stream that grows linearly
+DEQ = dict(residual_penalty=0.1, residual="absolute")
 DEQ_RANGE = 3  # fixed-point training over loop counts n ~ U{L..3L}
 # the held-out fits: 30 Levenberg-Marquardt steps converge on every group measured (60 gave
 # the same parameters); rtol 1e-5 is far below the errors compared (>= 1e-3)
@@ -483,8 +493,11 @@ def iv_json(iv):
 
 # Models run longest first, so that the workers end together (the order of a measured cold
 # run: the Tsallis transformers, whose held-out fits are the slowest, come first).
+# settings that choose which groups run, not what one model's results are
+SHARED_SETTINGS = ("seeds", "families", "positive_families", "control_family")
 SCHEDULE = ("Tsallis transformer", "positive: Kaniadakis", "Kaniadakis transformer",
-            "positive: Tsallis", "Shannon transformer", "task control", "negative")
+            "positive: Tsallis", "positive: Shannon", "Shannon transformer", "task control",
+            "negative")
 
 
 def model_job(index, seed, quick):
@@ -500,6 +513,10 @@ def model_job(index, seed, quick):
     S = QUICK if quick else FULL
     g = (groups(fd, S) + [task_control_group(fd)])[index]
     cfg = g["config"]
+    path = result_file(fd, S, g, seed, quick)
+    if path is not None and (hit := load_result(path)) is not None:
+        print(f"[{NAME}] {g['name']} seed {seed}: results cached", flush=True)
+        return hit, 0.0, 0.0
     t0 = time.perf_counter()
     model, acc, cached = get_model(fd, S, g, seed)
     t1 = time.perf_counter()
@@ -522,7 +539,28 @@ def model_job(index, seed, quick):
              f"spectral radius {d['fixed_point']['spectral_radius']:.3f}")
     print(f"[{NAME}] {g['name']} seed {seed}: accuracy {acc:.3f}, {extra} ({how}; "
           f"measured in {t2 - t1:.0f} s)", flush=True)
+    if path is not None:
+        save_result(path, d)
     return d, t1 - t0, t2 - t1
+
+
+def result_file(fd, S, g, seed, quick):
+    """Where one model's measured results are cached (None when `FISHERDYN_STUDY_CACHE=0`):
+    keyed by the group, the seed, the study's settings and the sources of this package and
+    of fisherdyn, so an interrupted full run resumes with the models it finished, and any
+    change of code or settings measures again."""
+    if os.environ.get("FISHERDYN_STUDY_CACHE", "1") == "0":
+        return None
+    import jax
+
+    key = dict(group=g["name"], role=g["role"], config=g["config"].fingerprint(),
+               trained=g["trained"], seed=seed, quick=quick,
+               settings={k: v for k, v in S.items() if k not in SHARED_SETTINGS},
+               constants=dict(positive=POSITIVE, linear=LINEAR, deq=DEQ, deq_range=DEQ_RANGE,
+                              heldout=HELDOUT, min_spread=MOBILITY_MIN_SPREAD),
+               x64=bool(jax.config.jax_enable_x64), jax=jax.__version__,
+               source=source_digest(fd, sys.modules[__package__]))
+    return result_path(key, default_cache_dir())
 
 
 def _exit_with(parent):

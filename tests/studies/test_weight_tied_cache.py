@@ -67,3 +67,44 @@ def test_suite_keeps_the_user_cache_clean():
     assert wt.default_cache_dir().resolve() == cache
     user = pathlib.Path(platformdirs.user_cache_dir("fisherdyn")).resolve()
     assert not cache.is_relative_to(user)
+
+
+def test_study_results_cache_keys_and_roundtrip(monkeypatch, tmp_path):
+    """A model's measured results are cached under a key that changes with the seed, the
+    settings and the code (the sources are hashed), and read back as written."""
+    import numpy as np
+    from weight_tied import cache, study
+
+    monkeypatch.setenv("FISHERDYN_CACHE", str(tmp_path))
+    S = study.QUICK
+    g = study.groups(fd, S)[0]
+    p0 = study.result_file(fd, S, g, 0, True)
+    assert p0.parent == tmp_path / "weight_tied_results"
+    assert study.result_file(fd, S, g, 0, True) == p0  # deterministic
+    assert study.result_file(fd, S, g, 1, True) != p0
+    assert study.result_file(fd, dict(S, problems=S["problems"] + 2), g, 0, True) != p0
+    # which groups run does not change one group's results
+    assert study.result_file(fd, dict(S, seeds=S["seeds"] + 1), g, 0, True) == p0
+    other = study.groups(fd, S)[1]
+    assert study.result_file(fd, S, other, 0, True) != p0
+    # a change of the code: the digest of a package's sources moves with one byte
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("x = 1\n")
+    mod = type(sys)("pkg")
+    mod.__file__ = str(pkg / "__init__.py")
+    d1 = cache.source_digest(mod)
+    (pkg / "__init__.py").write_text("x = 2\n")
+    assert cache.source_digest(mod) != d1
+    # the round trip, and a missing or broken file reads as a miss
+    result = dict(accuracy=0.5, paths=np.arange(6.0).reshape(2, 3), nested=dict(a=[1, None]))
+    cache.save_result(p0, result)
+    back = cache.load_result(p0)
+    assert back["accuracy"] == 0.5 and back["nested"] == result["nested"]
+    np.testing.assert_array_equal(back["paths"], result["paths"])
+    assert [q.name for q in p0.parent.iterdir()] == [p0.name]  # no temporary file left
+    p0.write_bytes(b"not a pickle")
+    assert cache.load_result(p0) is None
+    assert cache.load_result(tmp_path / "missing.pkl") is None
+    monkeypatch.setenv("FISHERDYN_STUDY_CACHE", "0")
+    assert study.result_file(fd, S, g, 0, True) is None
