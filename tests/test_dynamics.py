@@ -273,8 +273,11 @@ def test_shannon_isotropic_and_critical():
     fit = prony_rates(d_crit, h)
     np.testing.assert_allclose(fit.real, -gc / (2 * m), rtol=1e-3)
     assert np.all(np.abs(fit.imag) <= 1e-3 * gc / (2 * m))
-    assert np.all(d_crit > 0)
-    assert np.any(d_under < 0)
+    # past t ~ 20 the deviation (1e-6 e^{-0.89 t}) is below the rounding of sqrt(rho) ~ 0.5,
+    # where its sign is noise: a sign change must exceed that rounding to count
+    noise = 16 * np.finfo(float).eps
+    assert np.all(d_crit > -noise)
+    assert np.any(d_under < -noise)
     fit_u = prony_rates(d_under, h)
     want = np.sqrt(4 * m * T - (0.9 * gc) ** 2) / (2 * m)
     np.testing.assert_allclose(np.sort(np.abs(fit_u.imag)), [want, want], rtol=1e-3)
