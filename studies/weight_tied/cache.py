@@ -35,13 +35,17 @@ def default_cache_dir() -> pathlib.Path:
     return pathlib.Path(platformdirs.user_cache_dir("fisherdyn"))
 
 
+def _digest(blob: str, n: int) -> str:
+    """The first `n` hex digits of the SHA-256 of `blob`: the name of a cache entry."""
+    return hashlib.sha256(blob.encode()).hexdigest()[:n]
+
+
 def cache_paths(fingerprint: dict, name: str, recipe: dict,
                 cache_dir: str | os.PathLike) -> tuple[pathlib.Path, pathlib.Path, str]:
     """(weights file, metadata file, the JSON key) of one config and training recipe."""
     blob = json.dumps({"v": _FORMAT_VERSION, "config": fingerprint, "recipe": recipe},
                       sort_keys=True)
-    digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
-    stem = f"looped-{name.lower()}-{digest}"
+    stem = f"looped-{name.lower()}-{_digest(blob, 20)}"
     root = pathlib.Path(cache_dir)
     return root / f"{stem}.eqx", root / f"{stem}.json", blob
 
@@ -77,8 +81,7 @@ def result_path(key: dict, cache_dir: str | os.PathLike) -> pathlib.Path:
     """The file of one model's cached study result, named by a hash of `key` (a JSON-able
     description of everything the result depends on)."""
     blob = json.dumps(key, sort_keys=True, default=repr)
-    digest = hashlib.sha256(blob.encode()).hexdigest()[:24]
-    return pathlib.Path(cache_dir) / "weight_tied_results" / f"{digest}.pkl"
+    return pathlib.Path(cache_dir) / "weight_tied_results" / f"{_digest(blob, 24)}.pkl"
 
 
 def load_result(path: pathlib.Path):

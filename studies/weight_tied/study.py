@@ -491,10 +491,10 @@ def iv_json(iv):
                 units=iv.n_units)
 
 
-# Models run longest first, so that the workers end together (the order of a measured cold
-# run: the Tsallis transformers, whose held-out fits are the slowest, come first).
 # settings that choose which groups run, not what one model's results are
 SHARED_SETTINGS = ("seeds", "families", "positive_families", "control_family")
+# Models run longest first, so that the workers end together (the order of a measured cold
+# run: the Tsallis transformers, whose held-out fits are the slowest, come first).
 SCHEDULE = ("Tsallis transformer", "positive: Kaniadakis", "Kaniadakis transformer",
             "positive: Tsallis", "positive: Shannon", "Shannon transformer", "task control",
             "negative")
