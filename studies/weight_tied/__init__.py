@@ -17,7 +17,7 @@ A study, not part of the library: it calls fisherdyn's public API only. Run it w
 - `paths.py`: `extract_paths`, `LoopedPaths`, `evaluate_looped`: the attention, loop by loop.
 - `fixed_point.py`: `fixed_point_report`, `loop_jacobian`: residuals and the linearized loop.
 - `evidence_paths.py` (depth convergence, mobility), `evidence_response.py` (linear
-  response), `evidence_heldout.py` (held-out prediction): the four tests;
+  response), `evidence_heldout.py` (held-out prediction): the path criteria;
   `evidence_shape.py` (`isotropy`, `support_revival`): tests of the paths' shape.
 - `verdict.py`: `bootstrap_ci`, `holm`, the first four `CRITERIA` and `verdict`.
 - `protocol.py`: `PROTOCOL` (criteria, preconditions, admissible criteria per family,

@@ -1,4 +1,4 @@
-"""The weight-tied study's two figures: the criteria and the four tests per group
+"""The weight-tied study's two figures: the criteria and their decisions per group
 (`<name>.png`), and measured against predicted held-out paths with the task control's
 accuracy by loop (`<name>_paths.png`)."""
 

@@ -1,6 +1,6 @@
 """Study: does the layer-by-layer attention of a weight-tied transformer follow the damped
-Fisher-Lagrangian dynamics, with depth as continuous time? Four falsifiable tests,
-replicated over seeds, with a verdict whose criteria are fixed in code before the data.
+Fisher-Lagrangian dynamics, with depth as continuous time? Seven falsifiable criteria,
+replicated over seeds, read under a protocol fixed in code before the data.
 
 Every model is trained on multi-hop pointer chasing (`pointer_task`: the query
 must follow `hops` links, so attention has to move between keys across loops) with
@@ -47,7 +47,7 @@ criteria the calibration found admissible for the family (`protocol.decide_famil
 family with none is UNTESTABLE. If the controls do not come out as they must (positive YES,
 negatives NO), no YES or NO of a normalizer stands (INCONCLUSIVE).
 
-    python studies/weight_tied [--quick] [--out figures] [--workers 2]
+    python studies/weight_tied [--quick] [--out figures] [--workers 2] [--seeds 8]
 
 The models are trained and measured in two spawned worker processes, longest first
 (`--workers`); the results do not depend on how many. Weights and each model's measured
@@ -99,7 +99,7 @@ MODEL = dict(task="pointer", n_pairs=4, hops=2, dim=8, d_model=16, n_heads=2, d_
              n_loops=8, step=2.0, leak=1.0)
 # The controls need trained weights, not the best ones: the frozen-score loops' accuracy
 # hardly grows beyond 600 steps.
-FULL = dict(seeds=4, steps=dict(normalizer=4000, control=600), batch=64, eval_batch=512,
+FULL = dict(seeds=8, steps=dict(normalizer=4000, control=600), batch=64, eval_batch=512,
             problems=128, n_jacobian=4, fp_loops=128, families=("shannon", "tsallis", "kaniadakis"),
             positive_families=("shannon", "tsallis", "kaniadakis"),
             control_family="kaniadakis",
@@ -256,7 +256,7 @@ def response(fd, model, tokens, S):
 
 
 def measure(fd, S, g, model, batch, seed):
-    """Everything one model contributes to the four tests."""
+    """Everything one model contributes to the criteria."""
     m64 = to_f64(model)
     L = model.n_loops
     P = batch.tokens.shape[0]
@@ -601,20 +601,28 @@ def run_models(n_groups, seeds, quick, workers):
     return [[done[(i, s)] for s in range(seeds)] for i in range(n_groups)]
 
 
-def workers_option(p):
+def study_options(p):
     p.add_argument("--workers", type=int, default=None,
                    help="processes that train and measure the models side by side "
                         "(default: 2, or 1 on a one-core machine; quick mode 1: its models "
                         "are mostly compilation, which one process shares between them)")
+    p.add_argument("--seeds", type=int, default=None,
+                   help=f"models per group (default {FULL['seeds']}, quick mode "
+                        f"{QUICK['seeds']}); a model already measured is read from the cache")
 
 
 def main(argv=None):
-    args, ledger = setup(NAME, __doc__.splitlines()[0], argv, workers_option)
+    args, ledger = setup(NAME, __doc__.splitlines()[0], argv, study_options)
     import matplotlib.pyplot as plt
 
     import fisherdyn as fd
 
     S = QUICK if args.quick else FULL
+    if args.seeds is not None:
+        if args.seeds < 2:
+            raise SystemExit(f"--seeds must be at least 2 (a group's criteria need two), got "
+                             f"{args.seeds}")
+        S = {**S, "seeds": args.seeds}
     if args.workers is None:
         args.workers = 1 if args.quick else min(2, os.cpu_count() or 1)
     level = CRITERION_LEVEL
@@ -780,10 +788,11 @@ def main(argv=None):
     )
     fig = figure(plt, table_rows, controls_ok, level, L, cfg0, MOBILITY_MIN_SPREAD)
     write_outputs(args, ledger, fig, title="Weight-tied attention against the Fisher "
-                  "dynamics: controls, replication, four tests, a verdict",
-                  caption=("Per group (rows) the four pre-registered criteria with "
-                           "bootstrap intervals over seeds and the decision; depth "
-                           "convergence, mobility regression, predicted against measured "
-                           "mode rates, and measured against predicted held-out paths."),
+                  "dynamics: preconditions, calibrated criteria, controls, the protocol's "
+                  "answer",
+                  caption=("Per group (rows) the criteria with bootstrap intervals over "
+                           "seeds and the decision; depth convergence, mobility regression, "
+                           "predicted against measured mode rates, and measured against "
+                           "predicted held-out paths."),
                   data=data, images=[f"{NAME}.png", f"{NAME}_paths.png"])
     fig_paths(plt, table_rows, L, args.out, data["task_control"], NAME)
