@@ -108,3 +108,15 @@ def test_study_results_cache_keys_and_roundtrip(monkeypatch, tmp_path):
     assert cache.load_result(tmp_path / "missing.pkl") is None
     monkeypatch.setenv("FISHERDYN_STUDY_CACHE", "0")
     assert study.result_file(fd, S, g, 0, True) is None
+
+
+def test_seeds_option_is_checked_before_any_model_runs(tmp_path, capsys):
+    """`--seeds` sets the models per group; fewer than two (a group's criteria need two)
+    stops with a message before anything is trained."""
+    import pytest
+    from weight_tied import study
+
+    with pytest.raises(SystemExit, match="at least 2"):
+        study.main(["--quick", "--seeds", "1", "--out", str(tmp_path)])
+    assert not any(tmp_path.iterdir())
+    assert study.FULL["seeds"] >= 8  # the full study's replication (exact sign tests 2^-8)
