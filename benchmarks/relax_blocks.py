@@ -6,8 +6,9 @@ One batch of the family at the settings of `benchmarks/dynamics.py` (Shannon 102
 the others 256 x 64), compiled ahead once per block size (the caches cleared in between),
 then the sizes alternately over the rounds; prints the median CPU and wall time of each and
 the medians over rounds of its ratio to the first size, with the load average before and
-after. The block size is an internal setting (`fisherdyn._dynamics._batching`), set here
-before each compilation. Run it pinned (`taskset -c 0`) to see one core.
+after. The block size is an internal setting (`fisherdyn._dynamics._batching`; by default
+64, and 256 for an explicit solver on more than one core), set here before each
+compilation. Run it pinned (`taskset -c 0`) to see one core.
 """
 
 import argparse
@@ -35,7 +36,7 @@ def main():
           f"{open('/proc/loadavg').read().split()[:3]}")
     compiled = {}
     for size in args.blocks:
-        _batching._CPU_SYSTEM_BLOCK = size
+        _batching._CPU_SYSTEM_BLOCK = _batching._CPU_SYSTEM_BLOCK_MULTICORE = size
         jax.clear_caches()  # the block size is read when relax is traced
         f = jax.jit(lambda z: relax(entropy, z, T, mass=MASS, damping=DAMPING, rtol=RTOL,
                                     atol=ATOL, tol=TOL))

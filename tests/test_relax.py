@@ -322,3 +322,27 @@ def test_batch_block_follows_the_path(entropy):
     assert list(sol.result_name) == ["steady_state_not_reached"] * 3
     ref = fd.simulate(entropy, z, 1.0, saveat=2, rtol=1e-12, atol=1e-14, **kw)
     np.testing.assert_allclose(sol.rho_end, ref.rho_final, atol=1e-9, rtol=0)
+
+
+def test_block_size_follows_solver_and_cores(monkeypatch):
+    """On the CPU a block integrated as one system holds 64 problems, or 256 for an explicit
+    solver when the process has more than one core; either way a batch of 300 problems (a
+    full block and a shorter one, or several) ends where `simulate` at rtol 1e-12 does at
+    t1 = 3 (to 1e-9, as above) and relaxes to `stationary` (to 1e-10)."""
+    from fisherdyn._dynamics import _batching
+
+    if jax.default_backend() != "cpu":
+        pytest.skip("the block sizes are the CPU's")
+    z = np.random.default_rng(12).normal(size=(300, 6))
+    ref = fd.simulate(fd.Shannon(), z, 1.0, mass=1.0, damping=2.0, t1=3.0, saveat=2,
+                      rtol=1e-12, atol=1e-14)
+    exact = np.asarray(fd.stationary(fd.Shannon(), z, 1.0))
+    for cores, size in ((1, 64), (2, 256)):
+        monkeypatch.setattr(_batching, "_cores", lambda cores=cores: cores)
+        assert _batching._block_size(system=True, explicit=True) == size
+        assert _batching._block_size(system=True, explicit=False) == 64
+        jax.clear_caches()  # the block size is read when relax is traced
+        end = fd.relax(fd.Shannon(), z, 1.0, mass=1.0, damping=2.0, t1=3.0, throw=False)
+        np.testing.assert_allclose(end.rho_end, ref.rho_final, atol=1e-9, rtol=0)
+        sol = fd.relax(fd.Shannon(), z, 1.0, mass=1.0, damping=2.0)
+        np.testing.assert_allclose(sol.rho, exact, atol=1e-10, rtol=0)

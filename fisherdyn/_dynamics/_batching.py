@@ -9,8 +9,10 @@ XLA partitions the vmapped loop, each device solving its own shard.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -30,16 +32,29 @@ __all__ = ["run"]
 _CPU_BLOCK = 256
 _ACCELERATOR_BLOCK = 1 << 16
 # Problems per block integrated as one system (`block` of `run`): on the CPU a smaller block
-# keeps the stages of a step in cache, and it stops at its own slowest member sooner.
+# keeps the stages of a step in cache, and it stops at its own slowest member sooner. With
+# more than one core an explicit step's kernels on a larger block split across the cores at
+# the same CPU time (an implicit step's Newton solves wait for the block's slowest member).
 _CPU_SYSTEM_BLOCK = 64
+_CPU_SYSTEM_BLOCK_MULTICORE = 256
 
 
-def _block_size(system: bool = False) -> int:
-    """Problems per vmapped block (`system`: per block integrated as one system) on the
-    default backend (read when the batch is traced)."""
+def _cores() -> int:
+    """The cores this process may run on (XLA:CPU sizes its thread pool by them)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _block_size(system: bool = False, explicit: bool = False) -> int:
+    """Problems per vmapped block (`system`: per block integrated as one system, by an
+    `explicit` solver or not) on the default backend (read when the batch is traced)."""
     if jax.default_backend() != "cpu":
         return _ACCELERATOR_BLOCK
-    return _CPU_SYSTEM_BLOCK if system else _CPU_BLOCK
+    if not system:
+        return _CPU_BLOCK
+    return _CPU_SYSTEM_BLOCK_MULTICORE if explicit and _cores() > 1 else _CPU_SYSTEM_BLOCK
 
 
 def _batch_shape(problem: Problem, extra: tuple, extra_dims: tuple) -> tuple[int, ...]:
@@ -162,7 +177,9 @@ def _jit_batch(single, system, rho0, v0, extra, static, sharded=False, block_fn=
         args = (*args[:3], jax.lax.optimization_barrier(extra))
     block = _block_size()
     if block_fn is not None and not sharded:
-        return _map_blocks(lambda a: block_fn(*a, static), args, size, _block_size(system=True))
+        explicit = isinstance(getattr(static, "block_solver", None), diffrax.AbstractERK)
+        return _map_blocks(lambda a: block_fn(*a, static), args, size,
+                           _block_size(system=True, explicit=explicit))
     if size <= block or sharded:
         return jax.vmap(fn)(args)
     return jax.lax.map(fn, args, batch_size=block)
