@@ -326,9 +326,9 @@ def test_batch_block_follows_the_path(entropy):
 
 def test_block_size_follows_solver_and_cores(monkeypatch):
     """On the CPU a block integrated as one system holds 64 problems, or 256 for an explicit
-    solver when the process has more than one core; either way a batch of 300 problems (a
-    full block and a shorter one, or several) ends where `simulate` at rtol 1e-12 does at
-    t1 = 3 (to 1e-9, as above) and relaxes to `stationary` (to 1e-10)."""
+    solver when the process has more than one core (relax uses it: the problems of a block
+    share its step count); either way a batch of 300 problems ends where `simulate` at
+    rtol 1e-12 does at t1 = 3 (to 1e-9, as above) and relaxes to `stationary` (to 1e-10)."""
     from fisherdyn._dynamics import _batching
 
     if jax.default_backend() != "cpu":
@@ -346,3 +346,7 @@ def test_block_size_follows_solver_and_cores(monkeypatch):
         np.testing.assert_allclose(end.rho_end, ref.rho_final, atol=1e-9, rtol=0)
         sol = fd.relax(fd.Shannon(), z, 1.0, mass=1.0, damping=2.0)
         np.testing.assert_allclose(sol.rho, exact, atol=1e-10, rtol=0)
+        steps = np.asarray(sol.stats["num_steps"])
+        assert all(len(set(steps[i:i + size])) == 1 for i in range(0, 300, size))
+        # blocks of 64 stop at their own slowest members: their counts differ
+        assert (len(set(steps[:256])) == 1) == (size == 256)

@@ -177,7 +177,7 @@ def _jit_batch(single, system, rho0, v0, extra, static, sharded=False, block_fn=
         args = (*args[:3], jax.lax.optimization_barrier(extra))
     block = _block_size()
     if block_fn is not None and not sharded:
-        explicit = isinstance(getattr(static, "block_solver", None), diffrax.AbstractERK)
+        explicit = isinstance(static.solver_of_block, diffrax.AbstractERK)
         return _map_blocks(lambda a: block_fn(*a, static), args, size,
                            _block_size(system=True, explicit=explicit))
     if size <= block or sharded:

@@ -102,6 +102,11 @@ class Static(eqx.Module):
     # `relax`'s solver for a block of problems integrated as one system (None: `solver`)
     block_solver: diffrax.AbstractSolver | None = eqx.field(static=True, default=None)
 
+    @property
+    def solver_of_block(self) -> diffrax.AbstractSolver:
+        """The solver of a block of problems integrated as one system."""
+        return self.solver if self.block_solver is None else self.block_solver
+
 
 def field(coords: AbstractCoordinates, overdamped: bool):
     """The chart's vector field `(t, y, system) -> dy/dt`: the overdamped flow or the

@@ -420,7 +420,7 @@ def _relax_block(system, rho0, v0, extra, static: Static):
     )
     # per-problem leaves as columns, as the controller's per-problem tolerances are
     y0 = (z0, jnp.zeros_like(t1)[:, None], _block_speed(fields(z0, system_const))[:, None])
-    solver = static.solver if static.block_solver is None else static.block_solver
+    solver = static.solver_of_block
     lin = None
     if isinstance(solver, diffrax.AbstractImplicitSolver):
         if not is_esdirk(solver):
