@@ -16,6 +16,8 @@ architecture and task (cached like the study's) and reports, with numbers:
 - which preconditions hold.
 
     python studies/weight_tied pilot --nodes 8 --hops 3 --leak 1 --steps 3000
+    python studies/weight_tied pilot --nodes 8 --hops 2 --classes 8 --step 4 \
+        --curriculum 4/2:3000,6/2:2000 --steps 4000     # smaller problems first
 """
 
 from __future__ import annotations
@@ -62,13 +64,14 @@ def pilot(args, log=print) -> dict:
     cfg = LoopedConfig(task="pointer", n_pairs=args.nodes, hops=args.hops, dim=args.dim,
                        d_model=args.width, n_heads=args.heads, d_mlp=2 * args.width,
                        n_loops=args.loops, step=args.step, leak=args.leak,
-                       distinct_labels=args.distinct_labels,
+                       distinct_labels=args.distinct_labels, n_classes=args.classes,
                        entropy=make_entropy(fd, args.family))
     L = cfg.n_loops
     t0 = time.perf_counter()
     tr = train_looped(cfg, seed=args.seed, steps=args.steps, batch=args.batch, lr=args.lr,
                       loops=(L, 3 * L), residual_penalty=args.penalty,
-                      residual=args.residual, progress=not args.no_progress)
+                      residual=args.residual, curriculum=args.curriculum,
+                      progress=not args.no_progress)
     how = "cached" if tr.from_cache else f"trained in {time.perf_counter() - t0:.0f} s"
     log(f"accuracy {tr.accuracy:.3f} at L = {L} ({how}; median step {tr.step_ms:.0f} ms)")
     m = to_f64(tr.model)
@@ -103,10 +106,25 @@ def pilot(args, log=print) -> dict:
         + ("all hold" if not failed else "; ".join(failed)))
     return dict(config=cfg.fingerprint(), recipe=dict(
         seed=args.seed, steps=args.steps, batch=args.batch, lr=args.lr, loops=[L, 3 * L],
-        residual_penalty=args.penalty, residual=args.residual),
+        residual_penalty=args.penalty, residual=args.residual,
+        curriculum=[list(c) for c in args.curriculum]),
         accuracy=tr.accuracy, accuracy_by_loop=by_loop.tolist(), chance=chance,
         mode_shortcut=shortcut, fixed_point=fp, depth_ratio=ratio,
         preconditions=dict(values=values, failed=failed, thresholds=PRECONDITIONS))
+
+
+def _stages(text: str) -> tuple[tuple[int, int, int], ...]:
+    """`"4/2:3000,6/2:2000"` -> ((4, 2, 3000), (6, 2, 2000))."""
+    try:
+        out = []
+        for part in text.split(","):
+            shape, steps = part.split(":")
+            nodes, hops = shape.split("/")
+            out.append((int(nodes), int(hops), int(steps)))
+        return tuple(out)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected stages NODES/HOPS:STEPS separated by commas, got {text!r}") from None
 
 
 def main(argv=None):
@@ -117,6 +135,10 @@ def main(argv=None):
     p.add_argument("--hops", type=int, default=3)
     p.add_argument("--distinct-labels", action="store_true",
                    help="distinct node labels (no most-frequent-label shortcut)")
+    p.add_argument("--classes", type=int, default=None,
+                   help="labels (default: the node count; set it for a curriculum over nodes)")
+    p.add_argument("--curriculum", type=_stages, default=(),
+                   help="stages NODES/HOPS:STEPS,... trained first (e.g. 4/2:3000)")
     p.add_argument("--dim", type=int, default=16, help="key dimension")
     p.add_argument("--width", type=int, default=32, help="d_model (the MLP is twice as wide)")
     p.add_argument("--heads", type=int, default=2)

@@ -30,7 +30,7 @@ from jaxtyping import Float
 
 from .cache import atomic_write, cache_paths, default_cache_dir
 from .jit import RUN_ONCE
-from .model import LoopedConfig, LoopedTransformer, _shell, init_looped
+from .model import LoopedConfig, LoopedTransformer, _shell, _with_config, init_looped
 from .paths import evaluate_looped
 from .task import task_batch
 
@@ -204,6 +204,26 @@ def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_fro
     return model, losses, last - start, 1e3 * float(np.median(durations))
 
 
+def _curriculum_configs(config, curriculum):
+    """The configs of a curriculum's stages `(nodes, hops, steps)`, checked: `[(config,
+    steps)]`."""
+    stages = []
+    for stage in curriculum:
+        if len(stage) != 3 or config.task != "pointer":
+            raise ValueError("a curriculum is stages (nodes, hops, steps) of the pointer task, "
+                             f"got {stage!r} for task {config.task!r}")
+        nodes, hops, n = (int(v) for v in stage)
+        if nodes < 2 or hops < 1 or n < 1:
+            raise ValueError(f"a curriculum stage needs nodes >= 2, hops >= 1, steps >= 1; "
+                             f"got {stage!r}")
+        c = dataclasses.replace(config, n_pairs=nodes, hops=hops)
+        if c.token_dim != config.token_dim:
+            raise ValueError(f"the stage {stage!r} changes the token layout (labels follow the "
+                             "node count): set config.n_classes")
+        stages.append((c, n))
+    return stages
+
+
 def _load(config, weights_path, meta_path, progress):
     """The cached `TrainedLooped`, or None when the cache holds no such model."""
     if not (weights_path.exists() and meta_path.exists()):
@@ -241,6 +261,7 @@ def train_looped(
     loops: int | tuple[int, int] | None = None,
     residual_penalty: float = 0.0,
     residual: str = "relative",
+    curriculum: tuple[tuple[int, int, int], ...] = (),
 ) -> TrainedLooped:
     """Train a `LoopedTransformer` on its task (`config.task`: `recall_task` or
     `pointer_task`) with optax, deterministically from `seed`.
@@ -272,6 +293,13 @@ def train_looped(
       $\\|x_n - x_{n-1}\\|^2/\\|x_n\\|^2$, or `"absolute"`, the mean of $(x_n - x_{n-1})^2$
       over the stream's entries (only the absolute residual rules out a stream that grows
       linearly).
+    - `curriculum`: stages `(nodes, hops, steps)` of the pointer task trained in order,
+      with the same recipe, before the `steps` on the config's own task; each stage has its
+      own learning-rate schedule and data stream. Smaller problems first give the lookups
+      a gradient: on 8 nodes from scratch a model learns only the most-frequent-label
+      shortcut, after 4 nodes it follows the links (docs/guides/weight_tied.md). The
+      stages must keep the token layout, so `config.n_classes` must be set when the node
+      count changes.
 
     The reported accuracy is at the trained L loops in either case.
 
@@ -294,6 +322,7 @@ def train_looped(
         raise ValueError("residual_penalty needs loops=(lo, hi)")
     if residual not in ("relative", "absolute"):
         raise ValueError(f"residual must be 'relative' or 'absolute', got {residual!r}")
+    stages = _curriculum_configs(config, curriculum)
     recipe = dict(seed=int(seed), steps=int(steps), batch=int(batch), lr=float(lr),
                   weight_decay=float(weight_decay), loss_from=float(loss_from),
                   eval_batch=int(eval_batch))
@@ -301,6 +330,8 @@ def train_looped(
         recipe.update(loops=list(loops), residual_penalty=float(residual_penalty))
         if residual != "relative":  # only then: earlier recipes keep their cached weights
             recipe.update(residual=residual)
+    if stages:  # only then: recipes without a curriculum keep their cached weights
+        recipe.update(curriculum=[[c.n_pairs, c.hops, n] for c, n in stages])
     k_init, k_data, k_eval = jr.split(jr.PRNGKey(seed), 3)
     if use_cache:
         root = default_cache_dir() if cache_dir is None else cache_dir
@@ -309,13 +340,20 @@ def train_looped(
         cached = _load(config, weights_path, meta_path, progress)
         if cached is not None:
             return cached
+    recipe_kw = dict(batch=int(batch), lr=float(lr), weight_decay=float(weight_decay),
+                     loss_from=float(loss_from), progress=progress, loops=loops,
+                     residual_penalty=float(residual_penalty), absolute=residual == "absolute")
     with _numeric_mode(config):
         model = init_looped(config, k_init)
-        model, losses, seconds, step_ms = _optimize(
-            model, config, k_data, steps=int(steps), batch=int(batch), lr=float(lr),
-            weight_decay=float(weight_decay), loss_from=float(loss_from), progress=progress,
-            loops=loops, residual_penalty=float(residual_penalty),
-            absolute=residual == "absolute")
+        history, seconds = [], 0.0
+        for j, (stage, n) in enumerate(stages):
+            model, losses, sec, _ = _optimize(_with_config(model, stage), stage,
+                                              jr.fold_in(k_data, 1 + j), steps=n, **recipe_kw)
+            history.append(losses)
+            seconds += sec
+        model, losses, sec, step_ms = _optimize(_with_config(model, config), config, k_data,
+                                                steps=int(steps), **recipe_kw)
+        losses, seconds = np.concatenate(history + [losses]), seconds + sec
         accuracy = evaluate_looped(model, k_eval, eval_batch)
     if progress:
         print(f"train_looped: {config.entropy!r} accuracy {accuracy:.3f} "

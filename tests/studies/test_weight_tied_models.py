@@ -637,3 +637,40 @@ def test_pilot_reports_the_preconditions_of_a_model(tmp_path, monkeypatch, capsy
     assert len(out["accuracy_by_loop"]) == 4 * 2 + 1 and out["chance"] == 0.25
     assert "preconditions (protocol" in capsys.readouterr().out
     assert (tmp_path / "p.json").exists()
+
+
+def test_curriculum_stages_train_first_and_enter_the_cache_key(tmp_path):
+    # References: the stage shapes are the pointer task's own (`pointer_task` of the stage
+    # sizes gives the stage's tokens, one layout for every stage when n_classes is fixed);
+    # the loss history holds every stage's steps in order, the first stage's first loss is
+    # the cross entropy of the untrained model on its own (smaller) problems, which at
+    # init is near log(n_classes); and a curriculum is part of the weights' key.
+    import json
+
+    from weight_tied.training import _curriculum_configs, train_looped
+
+    cfg = LoopedConfig(task="pointer", n_pairs=6, hops=2, n_classes=6, dim=6, d_model=8,
+                       n_heads=2, d_mlp=8, n_loops=3, step=1.0)
+    stages = _curriculum_configs(cfg, ((3, 1, 2), (4, 2, 3)))
+    assert [(c.n_pairs, c.hops, n) for c, n in stages] == [(3, 1, 2), (4, 2, 3)]
+    for c, _ in stages:
+        tok = pointer_task(jr.PRNGKey(0), 2, c.n_pairs, c.hops, 6, n_classes=6).tokens
+        assert tok.shape == (2, c.n_pairs + 1, cfg.token_dim)
+    kw = dict(seed=0, steps=2, batch=4, eval_batch=8, progress=False, cache_dir=tmp_path,
+              loops=(3, 6), residual_penalty=0.1, residual="absolute")
+    plain = train_looped(cfg, **kw)
+    tr = train_looped(cfg, curriculum=((3, 1, 2), (4, 2, 3)), **kw)
+    assert len(tr.loss_history) == 2 + 3 + 2 and not tr.from_cache
+    assert tr.path != plain.path and tr.model.config == cfg
+    meta = json.loads(open(tr.path.replace(".eqx", ".json")).read())
+    assert meta["recipe"]["curriculum"] == [[3, 1, 2], [4, 2, 3]]
+    assert "curriculum" not in json.loads(open(plain.path.replace(".eqx", ".json")).read())[
+        "recipe"]
+    assert abs(tr.loss_history[0] - np.log(6)) < 0.5 and np.all(np.isfinite(tr.loss_history))
+    assert train_looped(cfg, curriculum=((3, 1, 2), (4, 2, 3)), **kw).from_cache
+    with pytest.raises(ValueError, match="n_classes"):
+        _curriculum_configs(dataclasses.replace(cfg, n_classes=None), ((3, 1, 2),))
+    with pytest.raises(ValueError, match="pointer"):
+        _curriculum_configs(FP_TINY, ((3, 1, 2),))
+    with pytest.raises(ValueError, match="nodes >= 2"):
+        _curriculum_configs(cfg, ((1, 1, 2),))
