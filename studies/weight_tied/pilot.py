@@ -16,8 +16,8 @@ architecture and task (cached like the study's) and reports, with numbers:
 - which preconditions hold.
 
     python studies/weight_tied pilot --nodes 8 --hops 3 --leak 1 --steps 3000
-    python studies/weight_tied pilot --nodes 8 --hops 2 --classes 8 --step 4 \
-        --curriculum 4/2:3000,6/2:2000 --steps 4000     # smaller problems first
+    python studies/weight_tied pilot --nodes 8 --hops 3 --classes 8 --width 48 --heads 3 \
+        --step 4 --curriculum 4/2:3000,8/2:3000 --steps 4000   # smaller problems first
 """
 
 from __future__ import annotations

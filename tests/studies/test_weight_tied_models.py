@@ -639,7 +639,7 @@ def test_pilot_reports_the_preconditions_of_a_model(tmp_path, monkeypatch, capsy
     assert (tmp_path / "p.json").exists()
 
 
-def test_curriculum_stages_train_first_and_enter_the_cache_key(tmp_path):
+def test_curriculum_stages_train_first_and_enter_the_cache_key(tmp_path, monkeypatch):
     # References: the stage shapes are the pointer task's own (`pointer_task` of the stage
     # sizes gives the stage's tokens, one layout for every stage when n_classes is fixed);
     # the loss history holds every stage's steps in order, the first stage's first loss is
@@ -647,7 +647,18 @@ def test_curriculum_stages_train_first_and_enter_the_cache_key(tmp_path):
     # init is near log(n_classes); and a curriculum is part of the weights' key.
     import json
 
+    from weight_tied import training as _training
     from weight_tied.training import _curriculum_configs, train_looped
+
+    # the problems each compiled training step draws (recorded when it is traced)
+    drawn = []
+    real_batch = _training.task_batch
+
+    def recording_batch(config, key, batch):
+        drawn.append((config.n_pairs, config.hops))
+        return real_batch(config, key, batch)
+
+    monkeypatch.setattr(_training, "task_batch", recording_batch)
 
     cfg = LoopedConfig(task="pointer", n_pairs=6, hops=2, n_classes=6, dim=6, d_model=8,
                        n_heads=2, d_mlp=8, n_loops=3, step=1.0)
@@ -661,6 +672,8 @@ def test_curriculum_stages_train_first_and_enter_the_cache_key(tmp_path):
     plain = train_looped(cfg, **kw)
     tr = train_looped(cfg, curriculum=((3, 1, 2), (4, 2, 3)), **kw)
     assert len(tr.loss_history) == 2 + 3 + 2 and not tr.from_cache
+    # the stages' problems first, in order, then the config's own (its step already compiled)
+    assert drawn == [(6, 2), (3, 1), (4, 2)]
     assert tr.path != plain.path and tr.model.config == cfg
     meta = json.loads(open(tr.path.replace(".eqx", ".json")).read())
     assert meta["recipe"]["curriculum"] == [[3, 1, 2], [4, 2, 3]]
