@@ -461,6 +461,74 @@ def test_heldout_linear_paths_prefer_linear():
     assert CRITERIA[3].decide(hp.ratio) == NO
 
 
+def test_heldout_refuses_bad_temperature_and_noise_floor():
+    """A fixed temperature must be positive and finite, the noise floor positive: refused
+    before any compilation."""
+    paths = np.full((4, 6, 3), 1 / 3)
+    kw = dict(train=np.arange(4) < 2, n_early=3)
+    for bad in [dict(temperature=0.0), dict(temperature=np.nan), dict(noise_floor=0.0)]:
+        with pytest.raises(ValueError):
+            heldout_prediction(paths, np.arange(6.0), np.zeros((4, 3)), fd.Shannon(), **kw,
+                               **bad)
+
+
+def _noisy(rho, sigma, seed):
+    """Gaussian noise of sd sigma on sqrt(rho), renormalized (the calibration's noise)."""
+    x = np.sqrt(rho) + sigma * np.random.default_rng(seed).normal(size=rho.shape)
+    return x * x / np.sum(x * x, -1, keepdims=True)
+
+
+LIK_P = 24
+_lrng = np.random.default_rng(11)
+LIK_Z = 1.5 * _lrng.normal(size=(LIK_P, N_))
+LIK_R0 = _lrng.dirichlet(2 * np.ones(N_), size=LIK_P)
+LIK_T = np.arange(9) * 0.25  # the calibration's first L + 1 loops at c/L = 2/8
+LIK = dict(train=np.arange(LIK_P) % 2 == 0, n_early=5, units=np.arange(LIK_P) // 6,
+           linear_readout="family", temperature=1.0, lm_steps=30, max_steps=1024, rtol=1e-5,
+           level=CRITERION_LEVEL, n_boot=500)
+
+
+@pytest.mark.slow
+def test_heldout_likelihood_says_yes_on_noisy_fisher_paths():
+    """Tsallis(1.5) paths of simulate (m = 0.02, gamma = 1, T = 1, from rest) with noise
+    sigma = 0.01 in sqrt(rho): the noise estimate lies within 25% of the true sigma (the
+    fit absorbs a few degrees of freedom and the renormalization some variance), the
+    fitted gamma within 5% of 1, and the mean log-likelihood ratio per held-out problem
+    against the best baseline lies in the YES region (>= 2), where the rms ratio tends to 1
+    as the noise dominates both errors."""
+    e = fd.Tsallis(1.5)
+    tr = fd.simulate(e, LIK_Z, 1.0, mass=0.02, damping=1.0, rho0=LIK_R0, t1=LIK_T[-1],
+                     saveat=LIK_T, rtol=1e-10, atol=1e-12)
+    hp = heldout_prediction(_noisy(np.asarray(tr.rho), 0.01, 0), LIK_T, LIK_Z, e, **LIK)
+    assert 0.75 * 0.01 <= hp.noise <= 1.25 * 0.01
+    assert abs(hp.fisher_params[1] - 1.0) < 0.05 and hp.fisher_params[2] == 1.0
+    assert hp.loglik_ratio.low >= 2.0
+    from weight_tied.protocol import PROTOCOL_CRITERIA
+
+    crit = {c.name: c for c in PROTOCOL_CRITERIA}["heldout_likelihood"]
+    assert crit.decide(hp.loglik_ratio) == YES
+
+
+@pytest.mark.slow
+def test_heldout_likelihood_says_no_on_noisy_score_relaxation():
+    """Tsallis(1.5) attention of scores that relax at first order, z = z* + (z0 - z*)e^{-t}
+    (written here, not with the module's closed form), with noise sigma = 0.01: the
+    relaxation baseline recovers its rate to 5%, and the log-likelihood ratio lies in the
+    NO region (<= -2)."""
+    e = fd.Tsallis(1.5)
+    z0 = np.asarray(e.G(LIK_R0))
+    z = LIK_Z[:, None] + (z0 - LIK_Z)[:, None] * np.exp(-LIK_T)[None, :, None]
+    rho = np.asarray(fd.stationary(e, z, 1.0))
+    np.testing.assert_allclose(rho[:, 0], LIK_R0, atol=1e-9)  # the path starts at rho0
+    hp = heldout_prediction(_noisy(rho, 0.01, 1), LIK_T, LIK_Z, e, **LIK)
+    assert 0.75 * 0.01 <= hp.noise <= 1.25 * 0.01
+    assert abs(hp.relaxation_params[0] - 1.0) < 0.05 and hp.relaxation_params[1] == 1.0
+    assert hp.loglik_ratio.high <= -2.0
+    # the relaxation model's held-out error is at the noise: sum of squares ~ sigma^2 dof
+    dof = (len(LIK_T) - 5) * (N_ - 1)
+    assert np.mean(hp.sq_error["relaxation"]) < 1.5 * 0.01**2 * dof
+
+
 @pytest.mark.slow
 def test_linear_response_sparse_fixed_point():
     """Tsallis 1.5 with a sparse fixed point: the step map of simulate on the support
