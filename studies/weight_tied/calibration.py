@@ -195,13 +195,17 @@ def path_criteria(e, rho, depth_runs, z, units, ts, S):
                                     "no key left the support")
     if not S["heldout"]:
         out["heldout"] = (NOT_EVALUABLE, None, "not run in quick mode")
+        out["heldout_likelihood"] = (NOT_EVALUABLE, None, "not run in quick mode")
         return out
     P = rho.shape[0]
     train = np.arange(P) % 2 == 0
-    hp = heldout_prediction(rho[:, :L + 1], ts[:L + 1], z, e, train=train, n_early=L // 2 + 1,
-                            velocity="zero", units=units, linear_readout="family",
-                            **HELDOUT, **kw)
+    fit = dict(train=train, n_early=L // 2 + 1, velocity="zero", units=units,
+               linear_readout="family", **HELDOUT, **kw)
+    hp = heldout_prediction(rho[:, :L + 1], ts[:L + 1], z, e, **fit)
     out["heldout"] = decide("heldout", hp.ratio)
+    # protocol 1.1: T held at the truth, the scores z* the paths relax to, by likelihood
+    hp = heldout_prediction(rho[:, :L + 1], ts[:L + 1], z, e, temperature=T, **fit)
+    out["heldout_likelihood"] = decide("heldout_likelihood", hp.loglik_ratio)
     return out
 
 

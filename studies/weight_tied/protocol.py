@@ -3,7 +3,12 @@
 Everything that decides an answer is fixed here, as data (`PROTOCOL`), and its SHA-256
 (`protocol_hash`) is recorded in every study and calibration JSON beside `PROTOCOL_VERSION`;
 docs/guides/weight_tied_protocol.md states the same version and hash. A change to any entry
-is a new version, reported beside the old one.
+is a new version, reported beside the old one: `PROTOCOLS` holds every version, and the
+study reports each version's answer from the same measurements.
+
+Versions: 1.0, the seven criteria below; 1.1 adds `heldout_likelihood`, held-out prediction
+with T held at the model's own, the scores at the fixed point, and the models compared by
+likelihood on the estimated noise (`evidence_heldout.py`), and its calibration's table.
 
 **Criteria** (`PROTOCOL_CRITERIA`): the four of `verdict.CRITERIA` and three tests of the
 shape of the paths (`evidence_shape.py` and the free mobility exponent). Each reads the
@@ -35,6 +40,7 @@ from .verdict import CRITERIA, INCONCLUSIVE, NO, YES, Criterion
 __all__ = [
     "PROTOCOL_VERSION",
     "PROTOCOL",
+    "PROTOCOLS",
     "PROTOCOL_CRITERIA",
     "ADMISSIBLE",
     "NOT_EVALUABLE",
@@ -44,17 +50,29 @@ __all__ = [
     "criteria_hash",
 ]
 
-PROTOCOL_VERSION = "1.0"
+PROTOCOL_VERSION = "1.1"
 NOT_EVALUABLE, UNTESTABLE = "NOT EVALUABLE", "UNTESTABLE"
 _INF = float("inf")
 
-PROTOCOL_CRITERIA: tuple[Criterion, ...] = CRITERIA + (
+CRITERIA_1_0: tuple[Criterion, ...] = CRITERIA + (
     Criterion("mobility_exponent", "free exponent b of rates ~ (T rho G'(rho))^b, no spread rule",
               ((0.75, 1.25),), ((-_INF, 0.5), (1.5, _INF)), 0.5, "greater"),
     Criterion("isotropy", "slope of log rate (Shannon scores) on log rho", ((-0.1, 0.1),),
               ((-_INF, -0.25), (0.25, _INF)), 0.25, "less"),
     Criterion("support_revival", "fraction of paths where a key re-enters the support",
               ((0.0, 0.05),), ((0.25, 1.0),), 0.25, "less"),
+)
+# 1.1: held-out prediction judged by likelihood on the noise, T fixed, z* at the fixed point
+PROTOCOL_CRITERIA: tuple[Criterion, ...] = CRITERIA_1_0 + (
+    Criterion("heldout_likelihood", "mean held-out log-likelihood ratio per problem, Fisher "
+              "over the best baseline (T fixed, z* at the fixed point)", ((2.0, _INF),),
+              ((-_INF, -2.0),), 0.0, "greater"),
+)
+HELDOUT_LIKELIHOOD = dict(
+    temperature="the model's own (calibration: the true T)",
+    scores="at the fixed point (calibration: the true z*)",
+    noise="rms training residual of the best fitted model in sqrt(rho), at least 1e-3",
+    baselines=["linear", "relaxation", "constant", "geodesic"],
 )
 
 # which family each criterion is defined for (None: every family)
@@ -65,6 +83,12 @@ ADMISSIBLE_FRACTION = 0.75
 
 # family -> criteria admissible at ADMISSIBLE_SIGMA; copied from CALIBRATION_RUN
 ADMISSIBLE: dict[str, tuple[str, ...]] = {
+    "Shannon": (),
+    "Tsallis": ("linear_response", "heldout_likelihood"),
+    "Kaniadakis": (),
+}
+# protocol 1.0's table, from its own calibration (figures/weight_tied_calibration_1.0.json)
+ADMISSIBLE_1_0: dict[str, tuple[str, ...]] = {
     "Shannon": (),
     "Tsallis": ("linear_response",),
     "Kaniadakis": (),
@@ -78,20 +102,33 @@ PRECONDITIONS = dict(
     depth_ratio_min=1.5,
 )
 
-PROTOCOL = dict(
-    version=PROTOCOL_VERSION,
-    criteria=[dict(name=c.name, statistic=c.statistic, yes=c.yes, no=c.no, null=c.null,
-                   alternative=c.alternative) for c in PROTOCOL_CRITERIA],
-    applies_to=APPLIES_TO,
-    admissibility=dict(sigma=ADMISSIBLE_SIGMA, fraction=ADMISSIBLE_FRACTION,
-                       rule="YES at alpha = 0 and NO at alpha = 1"),
-    admissible=ADMISSIBLE,
-    preconditions=PRECONDITIONS,
-    decision_rule=("NO if an admissible evaluable criterion says NO; YES if every admissible "
-                   "criterion is evaluable and says YES; UNTESTABLE if the family has no "
-                   "admissible criterion; NOT EVALUABLE if a precondition fails or no "
-                   "admissible criterion could be computed; INCONCLUSIVE otherwise"),
-)
+
+def _protocol(version, criteria, admissible, **extra):
+    return dict(
+        version=version,
+        criteria=[dict(name=c.name, statistic=c.statistic, yes=c.yes, no=c.no, null=c.null,
+                       alternative=c.alternative) for c in criteria],
+        applies_to=APPLIES_TO,
+        admissibility=dict(sigma=ADMISSIBLE_SIGMA, fraction=ADMISSIBLE_FRACTION,
+                           rule="YES at alpha = 0 and NO at alpha = 1"),
+        admissible=admissible,
+        preconditions=PRECONDITIONS,
+        decision_rule=("NO if an admissible evaluable criterion says NO; YES if every "
+                       "admissible criterion is evaluable and says YES; UNTESTABLE if the "
+                       "family has no admissible criterion; NOT EVALUABLE if a precondition "
+                       "fails or no admissible criterion could be computed; INCONCLUSIVE "
+                       "otherwise"),
+        **extra,
+    )
+
+
+PROTOCOL = _protocol(PROTOCOL_VERSION, PROTOCOL_CRITERIA, ADMISSIBLE,
+                     heldout_likelihood=HELDOUT_LIKELIHOOD)
+# every version, reported side by side: version -> (protocol, admissible table)
+PROTOCOLS = {
+    "1.0": _protocol("1.0", CRITERIA_1_0, ADMISSIBLE_1_0),
+    PROTOCOL_VERSION: PROTOCOL,
+}
 
 
 def protocol_hash(protocol: dict = PROTOCOL) -> str:
@@ -101,10 +138,10 @@ def protocol_hash(protocol: dict = PROTOCOL) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def criteria_hash() -> str:
+def criteria_hash(protocol: dict = PROTOCOL) -> str:
     """SHA-256 of the protocol without its admissible table: what the calibration ran and
     records (the table is the calibration's result, so it cannot be part of its input)."""
-    return protocol_hash({k: v for k, v in PROTOCOL.items() if k != "admissible"})
+    return protocol_hash({k: v for k, v in protocol.items() if k != "admissible"})
 
 
 def decide_family(decisions: dict, family: str, admissible: dict | None = None,

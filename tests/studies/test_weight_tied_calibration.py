@@ -17,11 +17,13 @@ from weight_tied import calibration as cal
 from weight_tied.evidence_shape import isotropy, support_revival
 from weight_tied.protocol import (
     ADMISSIBLE,
+    ADMISSIBLE_1_0,
     ADMISSIBLE_SIGMA,
     NOT_EVALUABLE,
     PROTOCOL,
     PROTOCOL_CRITERIA,
     PROTOCOL_VERSION,
+    PROTOCOLS,
     UNTESTABLE,
     criteria_hash,
     decide_family,
@@ -154,6 +156,32 @@ def test_committed_calibration_matches_the_protocol():
         [c.name for c in PROTOCOL_CRITERIA]
     assert set(data["power"]) == {"Shannon", "Tsallis", "Kaniadakis"}
     assert data["criteria_sha256"] == criteria_hash()
+
+
+def test_protocol_1_0_stays_reported_beside_1_1():
+    """Version 1.0 is kept, unchanged: its hash is the one its study and calibration
+    recorded, its calibration JSON is committed with the table the protocol keeps for it,
+    and the 1.1 calibration, which re-ran every 1.0 criterion on the same paths, has the
+    same decision counts in every row (the page says so)."""
+    v10 = PROTOCOLS["1.0"]
+    assert protocol_hash(v10) == \
+        "da94f5d26cd8e8a19b7b6ac029b703b9cc416b9cfdb50f05e96824a9c977f05c"
+    old = json.loads((ROOT / "figures" / "weight_tied_calibration_1.0.json").read_text())
+    assert old["protocol_version"] == "1.0" and old["criteria_sha256"] == criteria_hash(v10)
+    assert {f: tuple(v) for f, v in old["admissible"].items()} == ADMISSIBLE_1_0
+    assert v10["admissible"] == ADMISSIBLE_1_0
+    new = json.loads((ROOT / "figures" / "weight_tied_calibration.json").read_text())
+    names = [c["name"] for c in v10["criteria"]]
+    assert names == [c.name for c in PROTOCOL_CRITERIA][:len(names)]
+    keys = ("alpha", "p_yes", "p_no", "p_not_evaluable")
+    for fam, crits in old["power"].items():
+        for name in names:
+            for sigma, rows in crits[name].items():
+                got = new["power"][fam][name][sigma]
+                assert [[r[k] for k in keys] for r in rows] == [[r[k] for k in keys]
+                                                                for r in got]
+    page = (ROOT / "docs" / "guides" / "weight_tied_protocol.md").read_text()
+    assert protocol_hash(v10) in page and criteria_hash(v10) in page
 
 
 def test_protocol_page_states_this_protocol():
