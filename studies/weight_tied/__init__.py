@@ -17,19 +17,24 @@ A study, not part of the library: it calls fisherdyn's public API only. Run it w
 - `paths.py`: `extract_paths`, `LoopedPaths`, `evaluate_looped`: the attention, loop by loop.
 - `fixed_point.py`: `fixed_point_report`, `loop_jacobian`: residuals and the linearized loop.
 - `evidence_paths.py` (depth convergence, mobility), `evidence_response.py` (linear
-  response), `evidence_heldout.py` (held-out prediction): the path criteria;
+  response), `evidence_heldout.py` (held-out prediction, by rms and by likelihood): the
+  path criteria;
   `evidence_shape.py` (`isotropy`, `support_revival`): tests of the paths' shape.
 - `verdict.py`: `bootstrap_ci`, `holm`, the first four `CRITERIA` and `verdict`.
 - `protocol.py`: `PROTOCOL` (criteria, preconditions, admissible criteria per family,
-  decision rule), its version and hash; `calibration.py`: the criteria run on synthetic
-  paths of graded truth (`python studies/weight_tied calibrate [--quick]`).
-- `study.py`: the study's groups, measurements and report; `figures.py`: its two figures.
+  decision rule), its version and hash, and every earlier version (`PROTOCOLS`);
+  `calibration.py`: the criteria run on synthetic paths of graded truth
+  (`python studies/weight_tied calibrate [--quick]`).
+- `study.py`: the study's groups, measurements and report, and what the heads follow
+  (`--follow`); `figures.py`: its two figures; `pilot.py`: one model against the
+  preconditions (`python studies/weight_tied pilot`).
 """
 
 import typing
 
 from .cache import default_cache_dir as default_cache_dir
 from .evidence_heldout import (
+    LIKELIHOOD_BASELINES as LIKELIHOOD_BASELINES,
     METHODS as METHODS,
     HeldoutPrediction as HeldoutPrediction,
     heldout_prediction as heldout_prediction,
@@ -69,6 +74,7 @@ from .protocol import (
     ADMISSIBLE as ADMISSIBLE,
     PROTOCOL as PROTOCOL,
     PROTOCOL_CRITERIA as PROTOCOL_CRITERIA,
+    PROTOCOLS as PROTOCOLS,
     PROTOCOL_VERSION as PROTOCOL_VERSION,
     decide_family as decide_family,
     protocol_hash as protocol_hash,

@@ -14,8 +14,9 @@ relaxation of the scores from the same $z_0 = T G(\\rho_0)$ to the same $z^*$, a
 rate $k = T/\\gamma$. $\\alpha = 0$ is the Fisher hypothesis, $\\alpha = 1$ its negation.
 Noise of standard deviation $\\sigma$ is added to $\\sqrt\\rho$ at every loop, independently
 (then renormalized). Every criterion of `protocol.PROTOCOL_CRITERIA` is run as the study runs
-it; its decision (YES / NO / INCONCLUSIVE / NOT EVALUABLE) is counted per family, $\\sigma$,
-$\\alpha$ over replicates. The same replicate's problems and noise draws serve every
+it (the held-out likelihood test with T at its true value and the scores at the true
+$z^*$, the study's fixed point); its decision (YES / NO / INCONCLUSIVE / NOT EVALUABLE) is
+counted per family, $\\sigma$, $\\alpha$ over replicates. The same replicate's problems and noise draws serve every
 $\\alpha$ (paired comparisons).
 
 The linear-response criterion reads the Jacobian of the loop map at the fixed point, which

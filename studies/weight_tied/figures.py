@@ -7,7 +7,11 @@ from __future__ import annotations
 import numpy as np
 from _common import draw_table
 
+from .protocol import PROTOCOL_CRITERIA
 from .verdict import CRITERIA
+
+# the table's columns: the four original criteria and protocol 1.1's held-out likelihood
+TABLE_CRITERIA = CRITERIA + tuple(c for c in PROTOCOL_CRITERIA if c.name == "heldout_likelihood")
 
 
 def fmt_iv(iv, digits=3):
@@ -19,7 +23,8 @@ def fmt_iv(iv, digits=3):
 
 
 SHORT = {"depth_convergence": "depth", "mobility_slope": "mobility",
-         "linear_response": "lin. resp.", "heldout": "held-out"}
+         "linear_response": "lin. resp.", "heldout": "held-out",
+         "heldout_likelihood": "held-out likelihood"}
 
 
 def figure(plt, rows, controls_ok, level, L, cfg, min_spread):
@@ -29,17 +34,19 @@ def figure(plt, rows, controls_ok, level, L, cfg, min_spread):
     fig = plt.figure(figsize=(14, 11))
     gsp = fig.add_gridspec(3, 3, height_ratios=[1.1, 1, 1])
     ax = fig.add_subplot(gsp[0, :])
-    header = ["group (seeds)", "accuracy"] + [SHORT[c.name] for c in CRITERIA] + ["overall"]
+    header = (["group (seeds)", "accuracy"] + [SHORT[c.name] for c in TABLE_CRITERIA]
+              + ["overall"])
     body = []
     for g, ds, a, v in rows:
         body.append([f"{g['name']} ({len(ds)})", f"{np.mean([d['accuracy'] for d in ds]):.2f}"]
-                    + [("not evaluable" if v.intervals[c.name] is None else
+                    + [("not evaluable" if v.intervals.get(c.name) is None else
                         f"{fmt_iv(v.intervals[c.name], 2)} {v.decisions[c.name]}")
-                       for c in CRITERIA] + [v.overall])
-    draw_table(ax, header, body, fontsize=7, col_widths=[0.2, 0.05, 0.16, 0.16, 0.16,
-                                                         0.16, 0.11], title=(
-        f"Pre-registered criteria, {100 * level:.2f}% bootstrap intervals over seeds "
-        f"(YES: depth >= 1.5, mobility in [0.75, 1.25], lin. resp. <= 0.2, held-out <= 0.9)"
+                       for c in TABLE_CRITERIA] + [v.overall])
+    draw_table(ax, header, body, fontsize=7, col_widths=[0.2, 0.05] + [0.13] * 5 + [0.1],
+               title=(
+        f"Criteria, {100 * level:.2f}% bootstrap intervals over seeds (YES: depth >= 1.5, "
+        f"mobility in [0.75, 1.25], lin. resp. <= 0.2, held-out <= 0.9, held-out "
+        f"likelihood >= 2)"
         + ("" if controls_ok else " - CONTROLS FAILED: answers INCONCLUSIVE")))
     # depth convergence curves
     ax = fig.add_subplot(gsp[1, 0])
@@ -117,10 +124,11 @@ def figure(plt, rows, controls_ok, level, L, cfg, min_spread):
     return fig
 
 
-def fig_paths(plt, rows, L, out, task, study):
+def fig_paths(plt, rows, L, out, task, study, follows=None):
     """Attention on the key that holds the most weight at loop L: measured (held-out
     problems of seed 0, head 0: median, 10-90% band, three examples) against the fitted
-    Fisher model's prediction; last panel, the task control's accuracy by loop."""
+    Fisher model's prediction; then the task control's accuracy by loop, and what each
+    group's heads follow (`follows`: group name -> `follow_summary`, if measured)."""
     fig, axes = plt.subplots(2, (len(rows) + 2) // 2, figsize=(14, 7.5), squeeze=False)
     for ax, (g, ds, a, v) in zip(axes.ravel(), rows):
         d = ds[0]
@@ -156,11 +164,27 @@ def fig_paths(plt, rows, L, out, task, study):
     ax.set(xlabel="loop l", ylabel="held-out accuracy (mean over seeds)", ylim=(0, 1.02),
            title="task control: accuracy by loop,\npointer (solid), one-hop recall (dashed)")
     ax.legend(fontsize=6, loc="lower right")
-    for ax in axes.ravel()[len(rows) + 1:]:
+    spare = list(axes.ravel()[len(rows) + 1:])
+    if follows and any(follows.values()) and spare:
+        ax = spare.pop(0)
+        names = [g["name"] for g, *_ in rows if follows.get(g["name"])]
+        kinds = list(next(f for f in follows.values() if f)["best_counts"])
+        left = np.zeros(len(names))
+        for j, k in enumerate(kinds):
+            frac = np.array([follows[n]["best_counts"][k] / follows[n]["heads"] for n in names])
+            ax.barh(np.arange(len(names)), frac, left=left, color=f"C{j}", label=k)
+            left += frac
+        ax.set_yticks(np.arange(len(names)))
+        ax.set_yticklabels([n.replace(" transformer", "") for n in names], fontsize=6)
+        ax.invert_yaxis()
+        ax.set(xlabel="fraction of heads (all seeds)", xlim=(0, 1),
+               title="what the heads follow: best held-out\nprediction (T fixed, same fixed point)")
+        ax.legend(fontsize=5, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4)
+    for ax in spare:
         ax.axis("off")
     fig.suptitle("Held-out problems: the fit sees loops left of the dotted line and predicts "
                  "the rest (dots: three measured examples, thin lines: their predictions); "
-                 "last panel: the task control", fontsize=10)
+                 "then the task control and what the heads follow", fontsize=10)
     fig.tight_layout()
     fig.savefig(out / f"{study}_paths.png", dpi=110)
     plt.close(fig)

@@ -13,7 +13,11 @@ architecture and task (cached like the study's) and reports, with numbers:
   initial states (Fisher-Rao) after 4L and 16L loops, and the spectral radius of the loop
   map's Jacobian at the state after 16L loops (first `--jacobians` problems);
 - the depth ratio gap(L, 2L) / gap(2L, 4L) of the query attention;
-- which preconditions hold.
+- which preconditions hold;
+- with `--follow`, what the heads follow (`study.follow`) on `--follow-problems` problems
+  (half fit, half held out), and each head's held-out likelihood statistic of protocol 1.1
+  (an interval over this one model's held-out problems, not over seeds: a description of
+  the model, not an answer).
 
     python studies/weight_tied pilot --nodes 8 --hops 3 --leak 1 --steps 3000
     python studies/weight_tied pilot --nodes 8 --hops 3 --classes 8 --width 48 --heads 3 \
@@ -104,13 +108,50 @@ def pilot(args, log=print) -> dict:
     values, failed = preconditions(d, ratio)
     log("preconditions (protocol " + PROTOCOL_VERSION + "): "
         + ("all hold" if not failed else "; ".join(failed)))
-    return dict(config=cfg.fingerprint(), recipe=dict(
+    follows = describe(fd, m, cfg, args, log) if args.follow else None
+    return dict(follow=follows,config=cfg.fingerprint(), recipe=dict(
         seed=args.seed, steps=args.steps, batch=args.batch, lr=args.lr, loops=[L, 3 * L],
         residual_penalty=args.penalty, residual=args.residual,
         curriculum=[list(c) for c in args.curriculum]),
         accuracy=tr.accuracy, accuracy_by_loop=by_loop.tolist(), chance=chance,
         mode_shortcut=shortcut, fixed_point=fp, depth_ratio=ratio,
         preconditions=dict(values=values, failed=failed, thresholds=PRECONDITIONS))
+
+
+def describe(fd, m, cfg, args, log):
+    """What each head of one model follows, and its held-out likelihood statistic: per
+    head a dict of `study.follow`'s fields plus `loglik_ratio` (estimate, low, high)."""
+    import jax.random as jr
+
+    from .evidence_heldout import heldout_prediction
+    from .study import HELDOUT, follow, timeline
+    from .task import task_batch
+
+    L = cfg.n_loops
+    batch = task_batch(cfg, jr.PRNGKey(30_000 + args.seed), args.follow_problems)
+    attn, _, t, _ = timeline(fd, m, batch, L)
+    a_fp, s_fp, _, _ = timeline(fd, m, batch, 16 * L)
+    P = attn.shape[0]
+    train = np.arange(P) < P // 2
+    T_own = m.dynamics_parameters()["T"]
+    velocity = "zero" if m.loop is not None else "difference"  # as the study's measure
+    own = [heldout_prediction(attn[:, h, :L + 1], t[:L + 1], s_fp[:, h, -1], m.entropy,
+                              train=train, n_early=L // 2 + 1, velocity=velocity,
+                              linear_readout="family", temperature=float(T_own[h]),
+                              seed=args.seed, **HELDOUT)
+           for h in range(cfg.n_heads)]
+    d = dict(attn=attn, t=t, velocity=velocity, heldout_likelihood=own)
+    out = follow(fd, d, a_fp[:, :, -1], T_own, train, L, args.seed, m.entropy)
+    for h, (f, hp) in enumerate(zip(out, own)):
+        iv = hp.loglik_ratio
+        f["loglik_ratio"] = dict(estimate=iv.estimate, low=iv.low, high=iv.high)
+        errs = ", ".join(f"{k} {v:.3g}" for k, v in sorted(f["mean_sq_error"].items(),
+                                                            key=lambda kv: kv[1]))
+        log(f"head {h}: follows {f['best']} (margin {f['margin']:.3g} per problem over the "
+            f"runner-up; noise {f['noise']:.3g}); held-out log-likelihood ratio, Fisher "
+            f"{m.entropy.name} over the best baseline, {iv.estimate:.3g} [{iv.low:.3g}, "
+            f"{iv.high:.3g}]; mean held-out squared error: {errs}")
+    return out
 
 
 def _stages(text: str) -> tuple[tuple[int, int, int], ...]:
@@ -155,6 +196,11 @@ def main(argv=None):
     p.add_argument("--fp-problems", type=int, default=16,
                    help="problems for the fixed-point diagnostics")
     p.add_argument("--jacobians", type=int, default=3, help="problems linearized")
+    p.add_argument("--follow", action="store_true",
+                   help="also fit every family's Fisher model and the baselines to each "
+                        "head's paths: what the heads follow")
+    p.add_argument("--follow-problems", type=int, default=128,
+                   help="problems for --follow (half fit, half held out)")
     p.add_argument("--json", type=str, default=None, help="also write the result here")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)

@@ -1,5 +1,5 @@
 """Study: does the layer-by-layer attention of a weight-tied transformer follow the damped
-Fisher-Lagrangian dynamics, with depth as continuous time? Seven falsifiable criteria,
+Fisher-Lagrangian dynamics, with depth as continuous time? Eight falsifiable criteria,
 replicated over seeds, read under a protocol fixed in code before the data.
 
 Every model is trained on multi-hop pointer chasing (`pointer_task`: the query
@@ -38,14 +38,19 @@ Per model, on `problems` pointer problems (half fit, half held out), every head:
 The fixed point is reported after 4L loops on every problem (residual, spread from random
 initial states) and after `fp_loops`, where the loop map is linearized.
 Three tests of the paths' shape are added by the protocol (`protocol.py`): the free mobility
-exponent, Shannon's isotropy and support revival. Every criterion reads the bootstrap
-interval over seeds (at `CRITERION_LEVEL`); a criterion without one is NOT EVALUABLE, with
-its reason. Each seed's preconditions are recorded with numbers (accuracy, spectral radius,
-endpoints from random starts, depth ratio); the criteria are read on the seeds that pass
-them, and a group with fewer than two such seeds is NOT EVALUABLE. The answer comes from the
-criteria the calibration found admissible for the family (`protocol.decide_family`): a
-family with none is UNTESTABLE. If the controls do not come out as they must (positive YES,
-negatives NO), no YES or NO of a normalizer stands (INCONCLUSIVE).
+exponent, Shannon's isotropy and support revival; protocol 1.1 adds held-out prediction
+judged by likelihood, with T held at each head's own and the scores at the fixed point
+(after `fp_loops` loops). With `--follow`, beside the criteria, "what they follow": per
+head, which of the three families' Fisher models (relaxing to the same fixed-point
+attention) or the baselines predicts the held-out loops best (`follow`; a description, not
+an answer). Every criterion reads the bootstrap interval over seeds (at
+`CRITERION_LEVEL`); a criterion without one is NOT EVALUABLE, with its reason. Each
+seed's preconditions are recorded with numbers (accuracy, spectral radius, endpoints from
+random starts, depth ratio); the criteria are read on the seeds that pass them, and a
+group with fewer than two such seeds is NOT EVALUABLE. The answer comes from the criteria
+the calibration found admissible for the family (`protocol.decide_family`): a family with
+none is UNTESTABLE. If the controls do not come out as they must (positive YES, negatives
+NO), no YES or NO of a normalizer stands (INCONCLUSIVE).
 
     python studies/weight_tied [--quick] [--out figures] [--workers 2] [--seeds 8]
 
@@ -68,7 +73,7 @@ import time
 import numpy as np
 from _common import setup, write_outputs
 
-from .evidence_heldout import METHODS, heldout_prediction
+from .evidence_heldout import LIKELIHOOD_BASELINES, METHODS, heldout_prediction
 from .evidence_paths import depth_convergence, mobility_regression
 from .evidence_response import linear_response
 from .evidence_shape import isotropy, support_revival
@@ -84,6 +89,7 @@ from .protocol import (
     PROTOCOL,
     PROTOCOL_CRITERIA,
     PROTOCOL_VERSION,
+    PROTOCOLS,
     decide_family,
     protocol_hash,
 )
@@ -103,10 +109,11 @@ FULL = dict(seeds=8, steps=dict(normalizer=4000, control=600), batch=64, eval_ba
             problems=128, n_jacobian=4, fp_loops=128, families=("shannon", "tsallis", "kaniadakis"),
             positive_families=("shannon", "tsallis", "kaniadakis"),
             control_family="kaniadakis",
-            identify=True)
+            identify=True, follow=False)
 QUICK = dict(seeds=2, steps=dict(normalizer=40, control=40), batch=32, eval_batch=256,
              problems=16, n_jacobian=1, fp_loops=128, families=("shannon",),
-             positive_families=("shannon",), control_family="shannon", identify=False)
+             positive_families=("shannon",), control_family="shannon", identify=False,
+             follow=False)
 # The positive control starts near the overdamped limit, m omega^2 / gamma^2 <~ 0.2 for the
 # stiffest modes, where the mobility law of test 2 holds (with inertia the log rates grow
 # faster than the mobility); 8 RK4 substeps keep gamma/m = 50 stable (h gamma/m = 1.6).
@@ -119,6 +126,8 @@ DEQ_RANGE = 3  # fixed-point training over loop counts n ~ U{L..3L}
 # the held-out fits: 30 Levenberg-Marquardt steps converge on every group measured (60 gave
 # the same parameters); rtol 1e-5 is far below the errors compared (>= 1e-3)
 HELDOUT = dict(lm_steps=30, max_steps=1024, rtol=1e-5)
+# "what they follow": the families whose Fisher models describe every head's paths
+FOLLOW_FAMILIES = ("shannon", "tsallis", "kaniadakis")
 # the positive control must recover its own (m, gamma, T) within this relative error
 RECOVERY_TOL = 0.05
 # the mobility slope is identified only where log(T rho G'(rho)) varies within a path by
@@ -287,7 +296,55 @@ def measure(fd, S, g, model, batch, seed):
         n_early=L // 2 + 1, velocity=velocity, linear_readout="family", seed=seed, **HELDOUT),
         model.n_heads)
     d["velocity"] = velocity
+    # protocol 1.1: T held at each head's own, the scores at the fixed point (after
+    # fp_loops loops), models compared by likelihood on the noise
+    a_fp, s_fp, _, _ = timeline(fd, m64, batch, S["fp_loops"])
+    z_fp = s_fp[:, :, -1]
+    T_own = model.dynamics_parameters()["T"]
+    d["heldout_likelihood"] = per_head(lambda h: heldout_prediction(
+        attn[:, h, :L + 1], t[:L + 1], z_fp[:, h], g["entropy"], train=train,
+        n_early=L // 2 + 1, velocity=velocity, linear_readout="family", seed=seed,
+        temperature=float(T_own[h]), **HELDOUT), model.n_heads)
+    if S["follow"]:
+        d["follow"] = follow(fd, d, a_fp[:, :, -1], T_own, train, L, seed, g["entropy"])
     return d
+
+
+def follow(fd, d, rho_fp, T_own, train, L, seed, entropy):
+    """What each head's paths follow: every family's Fisher model with T held at the
+    head's own, fitted and scored on the held-out later loops beside the baselines of the
+    head's own likelihood fit (`d["heldout_likelihood"]`). The model's own family (`entropy`)
+    is that fit's Fisher model, toward the loop's fixed-point scores; each other family $F$
+    relaxes toward the scores $T G_F(\\rho^*)$ that make the measured fixed-point attention
+    $\\rho^*$ its stationary law (so only the shape of the path differs). Per head: the mean
+    held-out squared error in $\\sqrt\\rho$ of every description, the best one, and its mean
+    log-likelihood ratio per problem over the runner-up (on the own fit's noise estimate)."""
+    P, H, N = rho_fp.shape
+    rho_fp = (1 - 1e-9) * rho_fp + 1e-9 / N  # G stays finite on keys outside a support
+    others = [f for f in FOLLOW_FAMILIES if make_entropy(fd, f).name != entropy.name]
+    out = []
+    for h in range(H):
+        own = d["heldout_likelihood"][h]
+        sq = {k: own.sq_error[k] for k in LIKELIHOOD_BASELINES}
+        sq[f"Fisher {entropy.name}"] = own.sq_error["fisher"]
+        T = float(T_own[h])
+
+        def fit(name, h=h, T=T):
+            e = make_entropy(fd, name)
+            z = T * np.asarray(e.G(rho_fp[:, h]))
+            return e.name, heldout_prediction(
+                d["attn"][:, h, :L + 1], d["t"][:L + 1], z, e, train=train,
+                n_early=L // 2 + 1, velocity=d["velocity"], linear_readout="family",
+                seed=seed, temperature=T, **HELDOUT)
+
+        for name, hp in per_head(lambda j: fit(others[j]), len(others)):
+            sq[f"Fisher {name}"] = hp.sq_error["fisher"]
+        mean = {k: float(np.mean(v)) for k, v in sq.items()}
+        best = min(mean, key=mean.get)
+        margin = min((sq[k] - sq[best]).mean() for k in sq if k != best) / (2 * own.noise**2)
+        out.append(dict(mean_sq_error=mean, best=best, margin=float(margin),
+                        noise=float(own.noise)))
+    return out
 
 
 def per_head(fit, n_heads):
@@ -336,6 +393,42 @@ def heldout_interval(fd, ds, level):
     return bootstrap_ci(per_unit, ratio, level=level), dict(zip(METHODS, means))
 
 
+def follow_summary(ds):
+    """A group's "what they follow" over its seeds' heads: how often each description is
+    the best, each one's median held-out error over the best baseline's (1: as good as
+    the best baseline), and the best description's median margin (log-likelihood ratio
+    per held-out problem over the runner-up). None where it was not measured."""
+    heads = [f for d in ds for f in d.get("follow", [])]
+    if not heads:
+        return None
+    names = list(heads[0]["mean_sq_error"])
+    base = [min(f["mean_sq_error"][b] for b in LIKELIHOOD_BASELINES) for f in heads]
+    return dict(
+        heads=len(heads),
+        best_counts={n: sum(f["best"] == n for f in heads) for n in names},
+        median_error_over_best_baseline={
+            n: float(np.median([f["mean_sq_error"][n] / b for f, b in zip(heads, base)]))
+            for n in names},
+        median_margin=float(np.median([f["margin"] for f in heads])),
+        per_head=heads)
+
+
+def likelihood_interval(ds, level):
+    """The `heldout_likelihood` statistic over seeds: per seed the held-out problems of every
+    head pooled (each head's log-likelihood ratios on its own noise estimate), the mean
+    ratio per problem against each baseline, the least of them; bootstrapped over seeds."""
+    nb = len(LIKELIHOOD_BASELINES)
+    per_unit = []
+    for d in ds:
+        llr = np.concatenate([np.stack([(hp.sq_error[k] - hp.sq_error["fisher"])
+                                        / (2 * hp.noise**2) for k in LIKELIHOOD_BASELINES], -1)
+                              for hp in d["heldout_likelihood"]])
+        per_unit.append(np.concatenate([llr.sum(0), [len(llr)]]))
+    per_unit = np.array(per_unit)
+    return bootstrap_ci(per_unit, lambda a: float((a[:, :nb].sum(0) / a[:, nb].sum()).min()),
+                        level=level)
+
+
 def analyse(fd, g, ds, level):
     """The four intervals of one group (its seeds are the units) and what the figures need."""
     seeds = np.concatenate([np.full(d["depth"][0].shape[0], i) for i, d in enumerate(ds)])
@@ -374,7 +467,8 @@ def analyse(fd, g, ds, level):
                                      f"{MOBILITY_MIN_SPREAD}")
     intervals = {"depth_convergence": dc.ratio,
                  "mobility_slope": mob.slope if identified else None,
-                 "linear_response": lr_iv, "heldout": ho_iv, **shape["intervals"]}
+                 "linear_response": lr_iv, "heldout": ho_iv, **shape["intervals"],
+                 "heldout_likelihood": likelihood_interval(ds, level)}
     return dict(intervals=intervals, depth=dc, mobility=mob, lr_unit=lr_unit,
                 heldout_means=ho_means, reasons=reasons)
 
@@ -451,8 +545,13 @@ def protocol_answer(fd, g, ds, a, level):
     v = verdict(used["intervals"], criteria=PROTOCOL_CRITERIA)
     decisions = {n: (NOT_EVALUABLE if d == "N/A" else d) for n, d in v.decisions.items()}
     answer, why = decide_family(decisions, g["entropy"].name, preconditions_failed=failed)
+    # every protocol version's answer from the same measurements, side by side
+    by_version = {ver: decide_family(decisions, g["entropy"].name, admissible=p["admissible"],
+                                     preconditions_failed=failed)
+                  for ver, p in PROTOCOLS.items()}
     return dict(verdict=v, decisions=decisions, answer=answer, reason=why, preconditions=pre,
-                seeds_used=ok if not failed else [], reasons=used["reasons"])
+                seeds_used=ok if not failed else [], reasons=used["reasons"],
+                by_version=by_version)
 
 
 def exact_tests(intervals, level):
@@ -500,17 +599,18 @@ SCHEDULE = ("Tsallis transformer", "positive: Kaniadakis", "Kaniadakis transform
             "negative")
 
 
-def model_job(index, seed, quick):
+def model_job(index, seed, quick, follow=False):
     """Train (or load) and measure one seed of group `index` (the study's groups, then the
-    task control): its dict for `analyse`, and the seconds spent training and measuring.
-    Runs in a worker process: everything it needs is rebuilt from the arguments."""
+    task control): its dict for `analyse`, and the seconds spent training and measuring
+    (`follow`: also "what they follow"). Runs in a worker process: everything it needs is
+    rebuilt from the arguments."""
     import jax
     import jax.random as jr
 
     jax.config.update("jax_enable_x64", True)
     import fisherdyn as fd
 
-    S = QUICK if quick else FULL
+    S = dict(QUICK if quick else FULL, follow=follow)
     g = (groups(fd, S) + [task_control_group(fd)])[index]
     cfg = g["config"]
     path = result_file(fd, S, g, seed, quick)
@@ -576,12 +676,12 @@ def _exit_with(parent):
     threading.Thread(target=watch, daemon=True).start()
 
 
-def run_models(n_groups, seeds, quick, workers):
+def run_models(n_groups, seeds, quick, workers, follow=False):
     """`model_job` of every group and seed, in `workers` spawned processes (1: in this
     process), as `[[(d, t_train, t_measure) per seed] per group]`."""
     tasks = [(i, s) for i in range(n_groups) for s in range(seeds)]
     if workers <= 1:
-        done = {t: model_job(*t, quick) for t in tasks}
+        done = {t: model_job(*t, quick, follow) for t in tasks}
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -594,7 +694,8 @@ def run_models(n_groups, seeds, quick, workers):
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_exit_with, initargs=(os.getpid(),))
         try:
-            futures = {t: pool.submit(model_job, *t, quick) for t in sorted(tasks, key=rank)}
+            futures = {t: pool.submit(model_job, *t, quick, follow)
+                       for t in sorted(tasks, key=rank)}
             done = {t: f.result() for t, f in futures.items()}
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -609,6 +710,9 @@ def study_options(p):
     p.add_argument("--seeds", type=int, default=None,
                    help=f"models per group (default {FULL['seeds']}, quick mode "
                         f"{QUICK['seeds']}); a model already measured is read from the cache")
+    p.add_argument("--follow", action="store_true",
+                   help="also measure what every head follows (each family's Fisher model "
+                        "and the baselines, by held-out prediction): two more fits per head")
 
 
 def main(argv=None):
@@ -635,7 +739,8 @@ def main(argv=None):
           f"{S['problems'] // 2} held out), {cfg0.n_heads} heads; trained over loop counts "
           f"U{{L..{DEQ_RANGE}L}}; {args.workers} worker(s)", flush=True)
     task = task_control_group(fd)
-    outcome = run_models(len(G) + 1, S["seeds"], args.quick, args.workers)
+    S = {**S, "follow": bool(args.follow)}
+    outcome = run_models(len(G) + 1, S["seeds"], args.quick, args.workers, S["follow"])
     t_train = sum(r[1] for rows in outcome for r in rows)
     t_measure = sum(r[2] for rows in outcome for r in rows)
     ds_of = [[r[0] for r in rows] for rows in outcome]
@@ -726,6 +831,9 @@ def main(argv=None):
               f"{np.mean([d['accuracy'] for d in ds]):.3f}")
         print(v.table())
         print(f"    answer: {v.overall} ({answers[g['name']]['reason']})")
+        for ver, (ans, why) in answers[g["name"]]["by_version"].items():
+            if ver != PROTOCOL_VERSION:
+                print(f"    under protocol {ver}: {ans} ({why})")
         for c, e in exact[g["name"]].items():
             print(f"    {c}: sign test p = {e['sign_p']:.3g} (smallest possible with "
                   f"{e['units']} seeds {e['sign_min_p']:.3g}"
@@ -733,6 +841,16 @@ def main(argv=None):
                   + f"); median in [{e['median_interval'][0]:.3g}, "
                   f"{e['median_interval'][1]:.3g}] with coverage {e['coverage']:.3f}")
         table_rows.append((g, ds, a, v))
+    follows = {g["name"]: follow_summary(ds) for g, ds, _ in results}
+    for n, fs in follows.items():
+        if fs is None:
+            continue
+        best = ", ".join(f"{k} {c}" for k, c in sorted(fs["best_counts"].items(),
+                                                       key=lambda kv: -kv[1]) if c)
+        print(f"[{NAME}] what {n} follows, best of {fs['heads']} heads: {best}; median "
+              f"margin {fs['median_margin']:.3g} per problem; held-out error over the best "
+              "baseline's: " + ", ".join(f"{k} {v:.3g}" for k, v in
+                                         fs["median_error_over_best_baseline"].items()))
     if not controls_ok:
         why = ([] if pos_ok else ["a positive control's answer was not YES"]) + (
             [] if neg_ok else ["a negative control's answer was not NO"])
@@ -752,6 +870,7 @@ def main(argv=None):
 
     data = dict(
         protocol_version=PROTOCOL_VERSION, protocol_sha256=protocol_hash(), protocol=PROTOCOL,
+        protocol_versions={ver: protocol_hash(p) for ver, p in PROTOCOLS.items()},
         settings=dict(model=MODEL, **{k: v for k, v in S.items()}, level=level,
                       positive=POSITIVE, linear=LINEAR, deq=DEQ, heldout_fit=HELDOUT,
                       recovery_tol=RECOVERY_TOL),
@@ -761,6 +880,8 @@ def main(argv=None):
             accuracy=[d["accuracy"] for d in ds],
             decisions=v.decisions, overall=v.overall,
             answer_reason=answers[g["name"]]["reason"],
+            answer_by_protocol={ver: dict(answer=a_, reason=r_) for ver, (a_, r_)
+                                in answers[g["name"]]["by_version"].items()},
             admissible=list(ADMISSIBLE.get(g["entropy"].name, ())),
             not_evaluable={k: r for k, r in answers[g["name"]]["reasons"].items()
                            if v.decisions.get(k) == NOT_EVALUABLE},
@@ -777,6 +898,7 @@ def main(argv=None):
             heldout_rms=a["heldout_means"],
             fixed_point=[d["fixed_point"] for d in ds],
             fitted_params=[[hp.fisher_params for hp in d["heldout"]] for d in ds],
+            follow=follows[g["name"]],
         ) for g, ds, a, v in table_rows],
         recovery=recovery,
         task_control=dict(
@@ -795,4 +917,4 @@ def main(argv=None):
                            "predicted against measured mode rates, and measured against "
                            "predicted held-out paths."),
                   data=data, images=[f"{NAME}.png", f"{NAME}_paths.png"])
-    fig_paths(plt, table_rows, L, args.out, data["task_control"], NAME)
+    fig_paths(plt, table_rows, L, args.out, data["task_control"], NAME, follows)

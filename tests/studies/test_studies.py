@@ -235,6 +235,12 @@ def test_weight_tied_quick_tables(quick_run):
             assert g["overall"] == wp.UNTESTABLE
         else:
             assert g["overall"] == wp.NOT_EVALUABLE
+        # every protocol version answers from the same measurements, by its own table
+        assert set(g["answer_by_protocol"]) == set(wp.PROTOCOLS)
+        for ver, p in wp.PROTOCOLS.items():
+            want = wp.UNTESTABLE if not p["admissible"].get(family) else wp.NOT_EVALUABLE
+            assert g["answer_by_protocol"][ver]["answer"] == want
+    assert data["protocol_versions"] == {v: wp.protocol_hash(p) for v, p in wp.PROTOCOLS.items()}
 
 
 def test_ledger_bounds_decide_as_stated():

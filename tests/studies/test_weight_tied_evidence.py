@@ -552,3 +552,49 @@ def test_linear_response_sparse_fixed_point():
                          readout=np.concatenate([Qs, np.zeros((5, n))], 1), scores=z)
     assert abs(lr.mass - 1) < 1e-6 and abs(lr.damping - 1.5) < 1e-6
     assert lr.max_error < 1e-6 and lr.n_unmatched == 0 and len(lr.omega2) == n
+
+
+# --------------------------------------------------------------------------- what they follow
+
+
+def _head_paths(kind):
+    """(P, K, N) paths on LIK_T of one synthetic head relaxing to Tsallis(1.5)'s stationary
+    law of LIK_Z: the family's own Fisher dynamics (simulate, m = 0.02, gamma = 1, from rest)
+    or a first-order relaxation of the scores (closed form written here)."""
+    e = fd.Tsallis(1.5)
+    if kind == "fisher":
+        return np.asarray(fd.simulate(e, LIK_Z, 1.0, mass=0.02, damping=1.0, rho0=LIK_R0,
+                                      t1=LIK_T[-1], saveat=LIK_T, rtol=1e-10,
+                                      atol=1e-12).rho)
+    z0 = np.asarray(e.G(LIK_R0))
+    z = LIK_Z[:, None] + (z0 - LIK_Z)[:, None] * np.exp(-LIK_T)[None, :, None]
+    return np.asarray(fd.stationary(e, z, 1.0))
+
+
+@pytest.mark.slow
+def test_follow_names_the_dynamics_that_made_each_head():
+    """The study's "what they follow" on two synthetic heads of one Tsallis(1.5) model,
+    noise sigma = 0.01 in sqrt(rho): the head made by Tsallis' Fisher dynamics is best
+    described by the Tsallis Fisher model (not Shannon's or Kaniadakis', fitted toward the
+    same fixed-point attention), the head made by a first-order score relaxation by the
+    relaxation baseline, each with a positive margin over the runner-up; the group
+    summary counts one of each."""
+    from weight_tied import study
+
+    e = fd.Tsallis(1.5)
+    heads = [_noisy(_head_paths(k), 0.01, 5 + i) for i, k in enumerate(("fisher", "linear"))]
+    attn = np.stack(heads, 1)  # (P, H, K, N)
+    L = len(LIK_T) - 1
+    train = LIK["train"]
+    own = [heldout_prediction(attn[:, h], LIK_T, LIK_Z, e, train=train, n_early=L // 2 + 1,
+                              velocity="zero", linear_readout="family", temperature=1.0,
+                              **study.HELDOUT) for h in range(2)]
+    d = dict(attn=attn, t=LIK_T, velocity="zero", heldout_likelihood=own)
+    rho_fp = np.broadcast_to(np.asarray(fd.stationary(e, LIK_Z, 1.0))[:, None],
+                             (LIK_P, 2, N_))
+    out = study.follow(fd, d, rho_fp, np.ones(2), train, L, 0, e)
+    assert out[0]["best"] == "Fisher Tsallis" and out[1]["best"] == "relaxation"
+    assert all(o["margin"] > 0 for o in out)
+    s = study.follow_summary([dict(follow=out)])
+    assert s["heads"] == 2 and s["best_counts"]["Fisher Tsallis"] == 1
+    assert s["best_counts"]["relaxation"] == 1

@@ -639,6 +639,28 @@ def test_pilot_reports_the_preconditions_of_a_model(tmp_path, monkeypatch, capsy
     assert (tmp_path / "p.json").exists()
 
 
+@pytest.mark.slow
+def test_pilot_follow_describes_every_head(tmp_path, monkeypatch):
+    # `pilot --follow` on a 3-step model: one description per head, named among the three
+    # families' Fisher models and the four baselines, with the head's noise estimate and the
+    # own family's held-out likelihood interval (low <= estimate <= high).
+    monkeypatch.setenv("FISHERDYN_CACHE", str(tmp_path))
+    from weight_tied.pilot import main
+
+    out = main(["--nodes", "4", "--hops", "2", "--dim", "8", "--width", "8", "--loops", "4",
+                "--steps", "3", "--batch", "4", "--problems", "8", "--fp-problems", "2",
+                "--jacobians", "1", "--no-progress", "--follow", "--follow-problems", "8"])
+    names = {"Fisher Shannon", "Fisher Tsallis", "Fisher Kaniadakis", "linear",
+             "relaxation", "constant", "geodesic"}
+    assert len(out["follow"]) == 2
+    for f in out["follow"]:
+        assert set(f["mean_sq_error"]) == names and f["best"] in names
+        assert f["best"] == min(f["mean_sq_error"], key=f["mean_sq_error"].get)
+        assert f["noise"] >= 1e-3 and f["margin"] >= 0
+        iv = f["loglik_ratio"]
+        assert iv["low"] <= iv["estimate"] <= iv["high"]
+
+
 def test_curriculum_stages_train_first_and_enter_the_cache_key(tmp_path, monkeypatch):
     # References: the stage shapes are the pointer task's own (`pointer_task` of the stage
     # sizes gives the stage's tokens, one layout for every stage when n_classes is fixed);
