@@ -16,8 +16,8 @@ Noise of standard deviation $\\sigma$ is added to $\\sqrt\\rho$ at every loop, i
 (then renormalized). Every criterion of `protocol.PROTOCOL_CRITERIA` is run as the study runs
 it (the held-out likelihood test with T at its true value and the scores at the true
 $z^*$, the study's fixed point); its decision (YES / NO / INCONCLUSIVE / NOT EVALUABLE) is
-counted per family, $\\sigma$, $\\alpha$ over replicates. The same replicate's problems and noise draws serve every
-$\\alpha$ (paired comparisons).
+counted per family, $\\sigma$, $\\alpha$ over replicates. The same replicate's problems and
+noise draws serve every $\\alpha$ (paired comparisons).
 
 The linear-response criterion reads the Jacobian of the loop map at the fixed point, which
 the study obtains by differentiating the model, not from paths: here it is the map of the
@@ -382,6 +382,11 @@ def main(argv=None):
     p.add_argument("--families", default=None,
                    help="comma-separated subset of shannon,tsallis,kaniadakis (default all); "
                         "the families are independent, so runs of subsets can be merged")
+    p.add_argument("--sigmas", default=None,
+                   help="comma-separated noise levels in sqrt(rho) (default "
+                        f"{','.join(map(str, SIGMAS))}); admissibility is read at "
+                        f"{ADMISSIBLE_SIGMA}, so include it")
+    p.add_argument("--name", default=NAME, help=f"output file stem (default {NAME})")
     p.add_argument("--merge", type=Path, nargs="+", default=None,
                    help="merge these JSONs of family subsets (same settings) into --out")
     p.add_argument("--table", type=Path, default=None,
@@ -401,6 +406,8 @@ def main(argv=None):
     S = dict(QUICK if args.quick else FULL)
     if args.families:
         S["families"] = tuple(args.families.split(","))
+    if args.sigmas:
+        S["sigmas"] = tuple(float(x) for x in args.sigmas.split(","))
     t0 = time.perf_counter()
     if args.merge:
         data, S = merge([json.loads(f.read_text()) for f in args.merge])
@@ -408,11 +415,12 @@ def main(argv=None):
         data = calibrate(S, log=lambda s: print(f"[{NAME}] {s}", flush=True))
         data["quick"] = bool(args.quick)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{NAME}.json").write_text(json.dumps(data, indent=1, default=_json) + "\n")
+    (args.out / f"{args.name}.json").write_text(json.dumps(data, indent=1, default=_json)
+                                                + "\n")
     fig = figure(plt, data["power"], data["admissible_by_sigma"], S)
-    fig.savefig(args.out / f"{NAME}.png", dpi=110)
+    fig.savefig(args.out / f"{args.name}.png", dpi=110)
     print(f"[{NAME}] admissible at sigma {ADMISSIBLE_SIGMA}: {data['admissible']}")
-    print(f"[{NAME}] wrote {args.out / NAME}.json and .png in "
+    print(f"[{NAME}] wrote {args.out / args.name}.json and .png in "
           f"{time.perf_counter() - t0:.0f} s")
 
 

@@ -184,6 +184,22 @@ def test_protocol_1_0_stays_reported_beside_1_1():
     assert protocol_hash(v10) in page and criteria_hash(v10) in page
 
 
+def test_high_noise_calibration_extends_the_committed_one():
+    """The supplementary Tsallis(1.5) run at higher noise (the page's table beside the
+    protocol's) used this protocol's criteria, and its sigma = 0.01 rows repeat the
+    committed calibration's exactly (same seeds): the added noise levels are an extension,
+    not a different experiment."""
+    noise = json.loads((ROOT / "figures" / "weight_tied_calibration_noise.json").read_text())
+    main = json.loads((ROOT / "figures" / "weight_tied_calibration.json").read_text())
+    assert noise["criteria_sha256"] == criteria_hash() and noise["quick"] is False
+    assert list(noise["power"]) == ["Tsallis"] and 0.01 in noise["settings"]["sigmas"]
+    assert max(noise["settings"]["sigmas"]) >= 0.2
+    keys = ("alpha", "p_yes", "p_no", "p_not_evaluable")
+    for name, curves in noise["power"]["Tsallis"].items():
+        rows = [[r[k] for k in keys] for r in curves["0.01"]]
+        assert rows == [[r[k] for k in keys] for r in main["power"]["Tsallis"][name]["0.01"]]
+
+
 def test_protocol_page_states_this_protocol():
     """docs/guides/weight_tied_protocol.md names this protocol's version and hash and
     prints the committed calibration's table as `calibrate --table` does."""
