@@ -15,9 +15,10 @@ held-out problems' later loops from their own early loops (the start, and for
   the Fisher model's number of parameters and its fixed point, but no Fisher geometry.
 - `relaxation`: the first-order linear relaxation of the scores,
   $z(t) = s + (z_0 - s)e^{-kt}$, read out as the linear model is; parameters $(k, T)$. It is
-  the overdamped limit ($b \\to \\infty$, $a/b = k$) of `linear`, which a second-order model
-  that starts at rest reaches only asymptotically. It enters the likelihood comparison only
-  (`LIKELIHOOD_BASELINES`), so the `heldout` ratio keeps its definition.
+  the overdamped limit of `linear` ($b \\to \\infty$ with its slow rate held at $k$), which
+  a second-order model that starts at rest reaches only asymptotically. It enters the
+  likelihood comparison only (`LIKELIHOOD_BASELINES`), so the `heldout` ratio keeps its
+  definition.
 - `constant`: the last seen attention held.
 - `geodesic`: the Fisher-Rao geodesic through the last two seen loops, continued at
   constant speed (`geodesic_interpolation` with $s > 1$).
@@ -67,7 +68,8 @@ from fisherdyn import (
 from .jit import RUN_ONCE
 from .verdict import Interval, bootstrap_ci
 
-__all__ = ["HeldoutPrediction", "heldout_prediction", "METHODS", "LIKELIHOOD_BASELINES"]
+__all__ = ["HeldoutPrediction", "heldout_prediction", "METHODS", "LIKELIHOOD_BASELINES",
+           "loglik_ratios", "least_mean_loglik"]
 
 METHODS = ("fisher", "linear", "constant", "geodesic")
 # the baselines the likelihood ratio compares the Fisher model with
@@ -111,6 +113,21 @@ class HeldoutPrediction(eqx.Module):
     noise: float
     sq_error: dict
     loglik_ratio: Interval
+
+
+def loglik_ratios(sq_error: dict, noise: float) -> np.ndarray:
+    """Per held-out problem, the log-likelihood ratio of the Fisher model to each of
+    `LIKELIHOOD_BASELINES` under Gaussian noise `noise` in $\\sqrt\\rho$: `(P, 4)`."""
+    return np.stack([(sq_error[k] - sq_error["fisher"]) / (2 * noise**2)
+                     for k in LIKELIHOOD_BASELINES], -1)
+
+
+def least_mean_loglik(per_unit: np.ndarray) -> float:
+    """The `heldout_likelihood` statistic from per-unit rows (summed ratios against each
+    baseline, then the count of problems): the least, over the baselines, of the mean
+    ratio per problem."""
+    nb = per_unit.shape[1] - 1
+    return float((per_unit[:, :nb].sum(0) / per_unit[:, nb].sum()).min())
 
 
 def _velocity(rho, t, rule):
@@ -395,13 +412,10 @@ def _heldout(paths, times, scores, entropy, train, n_early, velocity, units, lin
         means = a[:, :4].sum(0) / a[:, 4].sum()
         return float(means[0] / means[1:].min())
 
-    llr = np.stack([(sq_error[k] - sq_error["fisher"]) / (2 * noise**2)
-                    for k in LIKELIHOOD_BASELINES], -1)  # (P_held, 4)
-    nb = len(LIKELIHOOD_BASELINES)
-    llr_unit = np.zeros((len(labels), nb + 1))
+    llr = loglik_ratios(sq_error, noise)
+    llr_unit = np.zeros((len(labels), llr.shape[1] + 1))
     np.add.at(llr_unit, inv, np.concatenate([llr, np.ones((len(llr), 1))], -1))
-    loglik = bootstrap_ci(llr_unit, lambda a: float((a[:, :nb].sum(0) / a[:, nb].sum()).min()),
-                          **kw)
+    loglik = bootstrap_ci(llr_unit, least_mean_loglik, **kw)
 
     means = {k: v.estimate for k, v in rms.items()}
     return HeldoutPrediction(

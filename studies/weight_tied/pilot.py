@@ -123,8 +123,7 @@ def describe(fd, m, cfg, args, log):
     head a dict of `study.follow`'s fields plus `loglik_ratio` (estimate, low, high)."""
     import jax.random as jr
 
-    from .evidence_heldout import heldout_prediction
-    from .study import HELDOUT, follow, timeline
+    from .study import follow, likelihood_fits, timeline
     from .task import task_batch
 
     L = cfg.n_loops
@@ -135,11 +134,8 @@ def describe(fd, m, cfg, args, log):
     train = np.arange(P) < P // 2
     T_own = m.dynamics_parameters()["T"]
     velocity = "zero" if m.loop is not None else "difference"  # as the study's measure
-    own = [heldout_prediction(attn[:, h, :L + 1], t[:L + 1], s_fp[:, h, -1], m.entropy,
-                              train=train, n_early=L // 2 + 1, velocity=velocity,
-                              linear_readout="family", temperature=float(T_own[h]),
-                              seed=args.seed, **HELDOUT)
-           for h in range(cfg.n_heads)]
+    own = likelihood_fits(attn, t, s_fp[:, :, -1], m.entropy, T_own, train, L, velocity,
+                          args.seed)
     d = dict(attn=attn, t=t, velocity=velocity, heldout_likelihood=own)
     out = follow(fd, d, a_fp[:, :, -1], T_own, train, L, args.seed, m.entropy)
     for h, (f, hp) in enumerate(zip(out, own)):

@@ -73,7 +73,13 @@ import time
 import numpy as np
 from _common import setup, write_outputs
 
-from .evidence_heldout import LIKELIHOOD_BASELINES, METHODS, heldout_prediction
+from .evidence_heldout import (
+    LIKELIHOOD_BASELINES,
+    METHODS,
+    heldout_prediction,
+    least_mean_loglik,
+    loglik_ratios,
+)
 from .evidence_paths import depth_convergence, mobility_regression
 from .evidence_response import linear_response
 from .evidence_shape import isotropy, support_revival
@@ -299,15 +305,21 @@ def measure(fd, S, g, model, batch, seed):
     # protocol 1.1: T held at each head's own, the scores at the fixed point (after
     # fp_loops loops), models compared by likelihood on the noise
     a_fp, s_fp, _, _ = timeline(fd, m64, batch, S["fp_loops"])
-    z_fp = s_fp[:, :, -1]
     T_own = model.dynamics_parameters()["T"]
-    d["heldout_likelihood"] = per_head(lambda h: heldout_prediction(
-        attn[:, h, :L + 1], t[:L + 1], z_fp[:, h], g["entropy"], train=train,
-        n_early=L // 2 + 1, velocity=velocity, linear_readout="family", seed=seed,
-        temperature=float(T_own[h]), **HELDOUT), model.n_heads)
+    d["heldout_likelihood"] = likelihood_fits(attn, t, s_fp[:, :, -1], g["entropy"], T_own,
+                                              train, L, velocity, seed)
     if S["follow"]:
         d["follow"] = follow(fd, d, a_fp[:, :, -1], T_own, train, L, seed, g["entropy"])
     return d
+
+
+def likelihood_fits(attn, t, z_fp, entropy, T_own, train, L, velocity, seed):
+    """Protocol 1.1's held-out fits of every head: T held at the head's own `T_own[h]`, the
+    fixed-point scores `z_fp` `(P, H, N)`, the first L + 1 loops of `attn` `(P, H, K, N)`."""
+    return per_head(lambda h: heldout_prediction(
+        attn[:, h, :L + 1], t[:L + 1], z_fp[:, h], entropy, train=train, n_early=L // 2 + 1,
+        velocity=velocity, linear_readout="family", seed=seed, temperature=float(T_own[h]),
+        **HELDOUT), attn.shape[1])
 
 
 def follow(fd, d, rho_fp, T_own, train, L, seed, entropy):
@@ -417,16 +429,12 @@ def likelihood_interval(ds, level):
     """The `heldout_likelihood` statistic over seeds: per seed the held-out problems of every
     head pooled (each head's log-likelihood ratios on its own noise estimate), the mean
     ratio per problem against each baseline, the least of them; bootstrapped over seeds."""
-    nb = len(LIKELIHOOD_BASELINES)
     per_unit = []
     for d in ds:
-        llr = np.concatenate([np.stack([(hp.sq_error[k] - hp.sq_error["fisher"])
-                                        / (2 * hp.noise**2) for k in LIKELIHOOD_BASELINES], -1)
+        llr = np.concatenate([loglik_ratios(hp.sq_error, hp.noise)
                               for hp in d["heldout_likelihood"]])
         per_unit.append(np.concatenate([llr.sum(0), [len(llr)]]))
-    per_unit = np.array(per_unit)
-    return bootstrap_ci(per_unit, lambda a: float((a[:, :nb].sum(0) / a[:, nb].sum()).min()),
-                        level=level)
+    return bootstrap_ci(np.array(per_unit), least_mean_loglik, level=level)
 
 
 def analyse(fd, g, ds, level):
