@@ -22,6 +22,16 @@ architecture and task (cached like the study's) and reports, with numbers:
     python studies/weight_tied pilot --nodes 8 --hops 3 --leak 1 --steps 3000
     python studies/weight_tied pilot --nodes 8 --hops 3 --classes 8 --width 48 --heads 3 \
         --step 4 --curriculum 4/2:3000,8/2:3000 --steps 4000   # smaller problems first
+    python studies/weight_tied pilot ... --seeds 0-7 --families shannon tsallis kaniadakis \
+        --figure design.png --json design.json   # the design over seeds and normalizers
+    python studies/weight_tied pilot ... --loop-kind fisher --mass 0.05 --substeps 5
+
+With `--seeds` the models are trained (or loaded) one after the other and the run ends, per
+family, with how the design replicates: how many seeds meet every precondition, which fail
+and why, and each precondition's number over the seeds (median, least, greatest).
+`--loop-kind fisher` trains the positive control whose attention is the damped Fisher
+dynamics driven by the loop's own scores (`--dose` mixes in the plain normalizer); its
+RK4 substeps must resolve the damping rate (`LoopedConfig` refuses too few).
 """
 
 from __future__ import annotations
@@ -49,6 +59,17 @@ def mode_shortcut_accuracy(batch, dim: int, n_classes: int) -> float:
     return float(np.mean(acc))
 
 
+def loop_options(args) -> dict:
+    """The config fields of the attention's loop kind (left at their defaults for the
+    plain transformer, so that its cached weights keep their key)."""
+    if args.loop_kind == "transformer":
+        if args.dose != 1:
+            raise SystemExit("--dose needs --loop-kind fisher or linear")
+        return {}
+    return dict(loop_kind=args.loop_kind, mass=args.mass, damping=args.damping,
+                substeps=args.substeps, dose=args.dose)
+
+
 def pilot(args, log=print) -> dict:
     import jax
     import jax.numpy as jnp
@@ -69,7 +90,7 @@ def pilot(args, log=print) -> dict:
                        d_model=args.width, n_heads=args.heads, d_mlp=2 * args.width,
                        n_loops=args.loops, step=args.step, leak=args.leak,
                        distinct_labels=args.distinct_labels, n_classes=args.classes,
-                       entropy=make_entropy(fd, args.family))
+                       entropy=make_entropy(fd, args.family), **loop_options(args))
     L = cfg.n_loops
     t0 = time.perf_counter()
     tr = train_looped(cfg, seed=args.seed, steps=args.steps, batch=args.batch, lr=args.lr,
@@ -150,6 +171,100 @@ def describe(fd, m, cfg, args, log):
     return out
 
 
+def replication(results: list[dict]) -> dict:
+    """How a design replicates over seeds: how many models meet every precondition, which
+    fail and why, and the range of each precondition's number over the seeds."""
+    values = [r["preconditions"]["values"] for r in results]
+    return dict(
+        seeds=[r["recipe"]["seed"] for r in results],
+        meeting_all=sum(not r["preconditions"]["failed"] for r in results),
+        failed={str(r["recipe"]["seed"]): r["preconditions"]["failed"]
+                for r in results if r["preconditions"]["failed"]},
+        **{name: spread_of([x[name] for x in values]) for name in values[0]},
+        after_one_loop=spread_of([r["accuracy_by_loop"][1] for r in results]),
+    )
+
+
+def log_replication(family: str, summary: dict, log) -> None:
+    acc = summary["accuracy"]
+    log(f"{family}: {summary['meeting_all']} of {len(summary['seeds'])} seeds meet every "
+        f"precondition; accuracy {acc['median']:.3f} [{acc['min']:.3f}, {acc['max']:.3f}] "
+        f"(median [least, greatest]); spectral radius up to "
+        f"{summary['spectral_radius']['max']:.3f}; end points up to "
+        f"{summary['endpoint_distance']['max']:.2g} apart; depth ratio "
+        f"{summary['depth_ratio']['min']:.3g} to {summary['depth_ratio']['max']:.3g}")
+    for seed, why in summary["failed"].items():
+        log(f"{family}, seed {seed} fails: " + "; ".join(why))
+
+
+def argv_design(argv) -> list[str]:
+    """The design's options from the command line, without outputs, seeds and families (a
+    figure's title)."""
+    import sys
+
+    rest = list(sys.argv[1:] if argv is None else argv)
+    if rest[:1] == ["pilot"]:
+        rest = rest[1:]
+    out = []
+    while rest:
+        a = rest.pop(0)
+        if a in ("--json", "--figure", "--seeds"):
+            rest = rest[1:]
+        elif a == "--families":
+            while rest and not rest[0].startswith("--"):
+                rest.pop(0)
+        elif a != "--no-progress":
+            out.append(a)
+    return out
+
+
+def replication_figure(plt, models: dict, design: str):
+    """Each precondition's number per seed and family, beside the protocol's threshold."""
+    from .protocol import PRECONDITIONS as P
+
+    panels = (("accuracy", "held-out accuracy at L", P["accuracy_min"], "linear"),
+              ("spectral_radius", "spectral radius at the fixed point (median of problems)",
+               P["spectral_radius_max"], "linear"),
+              ("endpoint_distance", "end points from random starts after 4L (Fisher-Rao)",
+               P["endpoint_distance_max"], "log"),
+              ("depth_ratio", "depth ratio gap(L,2L) / gap(2L,4L)", P["depth_ratio_min"], "log"))
+    fig, axes = plt.subplots(1, 4, figsize=(16, 4))
+    families = list(models)
+    for ax, (name, label, threshold, scale) in zip(axes, panels):
+        for i, fam in enumerate(families):
+            seeds = [r["recipe"]["seed"] for r in models[fam]]
+            v = [r["preconditions"]["values"][name] for r in models[fam]]
+            ok = [not r["preconditions"]["failed"] for r in models[fam]]
+            x = np.asarray(seeds) + (i - (len(families) - 1) / 2) * 0.15
+            ax.scatter(x, v, color=f"C{i}", marker="o", label=fam,
+                       facecolors=[f"C{i}" if o else "none" for o in ok])
+        ax.axhline(threshold, color="gray", ls="--", lw=1, label="threshold")
+        ax.set(title=label, xlabel="seed", yscale=scale)
+        ax.title.set_fontsize(9)
+    axes[0].legend(fontsize=8, title="filled: every precondition holds", title_fontsize=7)
+    fig.suptitle("pilot " + design, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def spread_of(v) -> dict:
+    """Median, least and greatest of the numbers `v`."""
+    v = np.asarray(v, float)
+    return dict(median=float(np.median(v)), min=float(v.min()), max=float(v.max()))
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    """`"0-7"` -> (0, ..., 7); `"0,3,5"` -> (0, 3, 5)."""
+    try:
+        if "-" in text:
+            lo, hi = text.split("-")
+            return tuple(range(int(lo), int(hi) + 1))
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected seeds as LO-HI or a comma-separated list, got {text!r}") from None
+
+
 def _stages(text: str) -> tuple[tuple[int, int, int], ...]:
     """`"4/2:3000,6/2:2000"` -> ((4, 2, 3000), (6, 2, 2000))."""
     try:
@@ -181,6 +296,15 @@ def main(argv=None):
     p.add_argument("--heads", type=int, default=2)
     p.add_argument("--loops", type=int, default=8, help="L, the trained loops")
     p.add_argument("--step", type=float, default=2.0, help="c, the depth of L loops")
+    p.add_argument("--loop-kind", choices=("transformer", "fisher", "linear"),
+                   default="transformer",
+                   help="the attention: the normalizer, the damped Fisher dynamics driven by "
+                        "the loop's own scores (a positive control), or linear score dynamics")
+    p.add_argument("--mass", type=float, default=0.02, help="m of a carried loop")
+    p.add_argument("--damping", type=float, default=1.0, help="gamma of a carried loop")
+    p.add_argument("--substeps", type=int, default=8, help="RK4 steps per loop (fisher)")
+    p.add_argument("--dose", type=float, default=1.0,
+                   help="beta: attention (1 - beta) stationary + beta carried state")
     p.add_argument("--leak", type=float, default=1.0, help="lambda of the leaky residual")
     p.add_argument("--residual", choices=("absolute", "relative"), default="absolute")
     p.add_argument("--penalty", type=float, default=0.1, help="residual penalty")
@@ -188,6 +312,9 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=_seeds, default=None,
+                   help="replicate over these seeds (LO-HI or a list; weights cached per "
+                        "seed) and summarize how many meet every precondition")
     p.add_argument("--problems", type=int, default=512, help="problems for the accuracies")
     p.add_argument("--fp-problems", type=int, default=16,
                    help="problems for the fixed-point diagnostics")
@@ -197,13 +324,42 @@ def main(argv=None):
                         "head's paths: what the heads follow")
     p.add_argument("--follow-problems", type=int, default=128,
                    help="problems for --follow (half fit, half held out)")
+    p.add_argument("--families", nargs="+", choices=FAMILIES, default=None,
+                   help="with --seeds: replicate the design for each of these normalizers")
+    p.add_argument("--figure", type=str, default=None,
+                   help="with --seeds: plot each precondition per seed and family here")
     p.add_argument("--json", type=str, default=None, help="also write the result here")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    out = pilot(args, log=lambda s: print(f"[weight_tied pilot] {s}", flush=True))
+    log = lambda s: print(f"[weight_tied pilot] {s}", flush=True)  # noqa: E731
+    if args.seeds is None:
+        if args.families or args.figure:
+            raise SystemExit("--families and --figure need --seeds")
+        out = pilot(args, log=log)
+    else:
+        out = dict(replication={}, models={})
+        for family in args.families or [args.family]:
+            results = []
+            for seed in args.seeds:
+                log(f"{family}, seed {seed}")
+                one = argparse.Namespace(**dict(vars(args), seed=seed, family=family))
+                results.append(pilot(one, log=log))
+            summary = replication(results)
+            log_replication(family, summary, log)
+            out["replication"][family] = summary
+            out["models"][family] = results
+        if args.figure:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+
+            fig = replication_figure(plt, out["models"], " ".join(argv_design(argv)))
+            fig.savefig(args.figure, dpi=120)
+            log(f"wrote {args.figure}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1, default=float)

@@ -639,6 +639,59 @@ def test_pilot_reports_the_preconditions_of_a_model(tmp_path, monkeypatch, capsy
     assert (tmp_path / "p.json").exists()
 
 
+def test_pilot_replicates_a_design_over_seeds(tmp_path, monkeypatch, capsys):
+    # `pilot --seeds 0,1 --families shannon tsallis` trains four 3-step models and
+    # summarizes each family. Reference: the per-model results themselves (the counts, the
+    # failures and the ranges are recomputed here by hand from each model's own
+    # preconditions), and a run of one seed alone gives that model's numbers again (the
+    # weights come from the cache). The figure is written.
+    monkeypatch.setenv("FISHERDYN_CACHE", str(tmp_path))
+    from weight_tied.pilot import argv_design, main
+
+    common = ["--nodes", "4", "--hops", "2", "--dim", "8", "--width", "8", "--loops", "2",
+              "--steps", "3", "--batch", "4", "--problems", "8", "--fp-problems", "2",
+              "--jacobians", "1", "--no-progress"]
+    fig = tmp_path / "rep.png"
+    out = main(common + ["--seeds", "0,1", "--families", "shannon", "tsallis", "--figure",
+                         str(fig)])
+    assert set(out["replication"]) == {"shannon", "tsallis"} and fig.stat().st_size > 0
+    for family in ("shannon", "tsallis"):
+        models, rep = out["models"][family], out["replication"][family]
+        assert [m["recipe"]["seed"] for m in models] == [0, 1] == rep["seeds"]
+        assert rep["meeting_all"] == sum(not m["preconditions"]["failed"] for m in models)
+        assert set(rep["failed"]) == {str(m["recipe"]["seed"]) for m in models
+                                      if m["preconditions"]["failed"]}
+        acc = [m["preconditions"]["values"]["accuracy"] for m in models]
+        assert rep["accuracy"] == dict(median=np.median(acc), min=min(acc), max=max(acc))
+    assert "tsallis: 0 of 2 seeds meet every precondition" in capsys.readouterr().out
+    again = main(common + ["--seed", "1", "--family", "tsallis"])
+    assert again["preconditions"] == out["models"]["tsallis"][1]["preconditions"]
+    assert argv_design(["pilot", "--nodes", "4", "--seeds", "0-7", "--families", "shannon",
+                        "tsallis", "--json", "x", "--steps", "3"]) == [
+        "--nodes", "4", "--steps", "3"]
+    with pytest.raises(SystemExit, match="need --seeds"):
+        main(common + ["--families", "shannon"])
+
+
+def test_pilot_trains_a_carried_loop_on_its_own_scores(tmp_path, monkeypatch):
+    # `--loop-kind fisher --dose 0.5`: the config the pilot trains is an unfrozen Fisher loop
+    # at that dose with the given dynamics (read back from the recipe's fingerprint); a
+    # dose without a carried loop is refused.
+    monkeypatch.setenv("FISHERDYN_CACHE", str(tmp_path))
+    from weight_tied.pilot import main
+
+    common = ["--nodes", "4", "--hops", "2", "--dim", "8", "--width", "8", "--loops", "2",
+              "--steps", "2", "--batch", "4", "--problems", "8", "--fp-problems", "2",
+              "--jacobians", "1", "--no-progress"]
+    out = main(common + ["--loop-kind", "fisher", "--dose", "0.5", "--mass", "0.5",
+                         "--substeps", "2"])
+    cfg = out["config"]
+    assert cfg["loop_kind"] == "fisher" and cfg["dose"] == 0.5
+    assert cfg["mass"] == 0.5 and cfg["substeps"] == 2 and "frozen_scores" not in cfg
+    with pytest.raises(SystemExit, match="dose"):
+        main(common + ["--dose", "0.5"])
+
+
 @pytest.mark.slow
 def test_pilot_follow_describes_every_head(tmp_path, monkeypatch):
     # `pilot --follow` on a 3-step model: one description per head, named among the three
@@ -709,3 +762,18 @@ def test_curriculum_stages_train_first_and_enter_the_cache_key(tmp_path, monkeyp
         _curriculum_configs(FP_TINY, ((3, 1, 2),))
     with pytest.raises(ValueError, match="nodes >= 2"):
         _curriculum_configs(cfg, ((1, 1, 2),))
+
+
+def test_a_fisher_loop_whose_rk4_substep_is_unstable_is_refused():
+    # Reference: RK4's stability polynomial R(z) = 1 + z + z^2/2 + z^3/6 + z^4/24 on the
+    # negative axis; the config's bound sits where |R| crosses 1 (to 1e-3 in z), and a loop
+    # beyond it is refused with the substeps that would do, which then pass.
+    from weight_tied.model import _RK4_STABLE
+
+    R = lambda z: 1 + z + z**2 / 2 + z**3 / 6 + z**4 / 24  # noqa: E731
+    assert abs(R(-_RK4_STABLE + 1e-3)) < 1 < abs(R(-_RK4_STABLE - 1e-3))
+    kw = dict(loop_kind="fisher", mass=0.02, damping=1.0, step=4.0, n_loops=8)
+    with pytest.raises(ValueError, match="substeps >= 9"):
+        LoopedConfig(substeps=8, **kw)
+    LoopedConfig(substeps=9, **kw)
+    LoopedConfig(loop_kind="linear", mass=0.02, damping=1.0, step=4.0, n_loops=8, substeps=1)
