@@ -227,7 +227,12 @@ def fixed_point_report(model: LoopedTransformer,
         H, n_ctx, D = model.n_heads, model.config.n_ctx, flat.size
         J, A, attn, scores, state = (np.zeros((0,) + shape) for shape in
                                      ((D, D), (H, n_ctx, D), (H, n_ctx), (H, n_ctx), (D,)))
-    eig = np.linalg.eigvals(J)  # an empty stack gives (0, D)
+    # a state that is not finite (a loop that blew up) has no spectrum: NaN, which fails the
+    # precondition with its reason instead of stopping the report
+    finite = np.all(np.isfinite(J), axis=(-2, -1))
+    eig = np.full(J.shape[:-1], np.nan, complex)
+    if finite.any():
+        eig[finite] = np.linalg.eigvals(J[finite])  # an empty stack gives (0, D)
     eig = np.take_along_axis(eig, np.argsort(-np.abs(eig), -1), -1)
     return FixedPointReport(
         n_loops=n, dt=model.dt, residual=np.asarray(res),

@@ -192,6 +192,14 @@ def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_fro
         model, opt_state, loss = steps_for(n)(model, opt_state, k_data,
                                               jnp.asarray(i, jnp.int32), *args)
         losses[i] = float(loss)
+        if not np.isfinite(losses[i]):
+            # a diverged model is never cached or returned: every later step would be NaN too
+            raise FloatingPointError(
+                f"training diverged: the loss is {losses[i]} at step {i + 1} of {steps} "
+                f"({config.entropy!r}, loop_kind {config.loop_kind!r}); nothing was cached. "
+                "A Fisher loop's explicit RK4 substeps are stable only while the carried "
+                "dynamics' rates (damping/mass, the scores' scale over the mass) stay within "
+                "them: try more substeps, a larger mass or a smaller learning rate")
         now = time.perf_counter()
         durations[i], last = now - last, now
         if bar is not None:

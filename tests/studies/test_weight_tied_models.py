@@ -276,6 +276,29 @@ FP_TINY = LoopedConfig(n_pairs=3, dim=6, corrupt=0.0, d_model=8, n_heads=2, d_ml
                        n_loops=3, step=1.0)
 
 
+def test_a_loop_that_is_not_finite_fails_the_preconditions_with_its_reason():
+    # A Fisher loop with one NaN weight (its carried state then blows up, as an unstable
+    # one does; the transformer's normalizer would refuse the NaN scores instead): the
+    # report still returns (a NaN spectral radius, NaN residuals) and the study's
+    # preconditions fail on it by name, never an exception. Control: the same model with
+    # finite weights has a finite spectral radius.
+    from weight_tied.study import preconditions
+
+    cfg = dataclasses.replace(FP_TINY, loop_kind="fisher", mass=0.5, substeps=2)
+    model = _f64(init_looped(cfg, jr.PRNGKey(4)))
+    probs = wt.recall_task(jr.PRNGKey(5), 2, FP_TINY.n_pairs, FP_TINY.dim, 0.0,
+                           dtype=jnp.float64)
+    ok = fixed_point_report(model, probs.tokens, n_inits=1)
+    assert np.all(np.isfinite(ok.spectral_radius))
+    broken = eqx.tree_at(lambda m: m.wq.weight, model, model.wq.weight.at[0, 0].set(np.nan))
+    rep = fixed_point_report(broken, probs.tokens, n_inits=1)
+    assert np.isnan(rep.spectral_radius).all() and np.isnan(rep.residual).all()
+    d = dict(accuracy=1.0, fixed_point=dict(spectral_radius=float(np.median(
+        rep.spectral_radius)), path_distance_4L=float(np.median(rep.path_distance))))
+    _, failed = preconditions(d, 2.0)
+    assert any(f.startswith("spectral radius nan") for f in failed)
+
+
 def test_fixed_point_report_jacobian_and_spectral_radius():
     # References: (1) central finite differences of model.loop_map (step 1e-6, float64:
     # truncation ~1e-12 * |Phi'''|, round-off ~1e-10; agreement 1e-6 absolute); (2) the
@@ -777,3 +800,19 @@ def test_a_fisher_loop_whose_rk4_substep_is_unstable_is_refused():
         LoopedConfig(substeps=8, **kw)
     LoopedConfig(substeps=9, **kw)
     LoopedConfig(loop_kind="linear", mass=0.02, damping=1.0, step=4.0, n_loops=8, substeps=1)
+
+
+def test_training_that_diverges_stops_and_caches_nothing(tmp_path):
+    # A Fisher loop trained at a learning rate of 10 drives its carried state beyond its
+    # RK4 substeps within a few steps (NaN loss): training stops with the step and caches
+    # nothing. Control: the same loop at the default rate trains its 5 steps, finite.
+    from weight_tied.training import train_looped
+
+    cfg = LoopedConfig(task="pointer", n_pairs=4, hops=2, dim=8, d_model=8, n_heads=2,
+                       d_mlp=16, n_loops=2, loop_kind="fisher", mass=0.5, damping=1.0,
+                       substeps=2)
+    with pytest.raises(FloatingPointError, match=r"diverged: the loss is nan at step \d+ of 30"):
+        train_looped(cfg, steps=30, batch=4, lr=10.0, cache_dir=tmp_path, progress=False)
+    assert not list(tmp_path.iterdir())
+    tr = train_looped(cfg, steps=5, batch=4, cache_dir=tmp_path, progress=False)
+    assert np.all(np.isfinite(tr.loss_history)) and len(list(tmp_path.iterdir())) == 2
