@@ -686,6 +686,9 @@ def test_pilot_replicates_a_design_over_seeds(tmp_path, monkeypatch, capsys):
                                       if m["preconditions"]["failed"]}
         acc = [m["preconditions"]["values"]["accuracy"] for m in models]
         assert rep["accuracy"] == dict(median=np.median(acc), min=min(acc), max=max(acc))
+        greatest = [m["fixed_point"]["4L"]["endpoint_distance_max"] for m in models]
+        assert rep["seeds_with_a_problem_beyond"] == sum(g > 0.05 for g in greatest)
+        assert rep["endpoint_distance_greatest"]["max"] == max(greatest)
     assert "tsallis: 0 of 2 seeds meet every precondition" in capsys.readouterr().out
     again = main(common + ["--seed", "1", "--family", "tsallis"])
     assert again["preconditions"] == out["models"]["tsallis"][1]["preconditions"]
