@@ -662,6 +662,7 @@ def test_pilot_reports_the_preconditions_of_a_model(tmp_path, monkeypatch, capsy
     assert (tmp_path / "p.json").exists()
 
 
+@pytest.mark.slow
 def test_pilot_replicates_a_design_over_seeds(tmp_path, monkeypatch, capsys):
     # `pilot --seeds 0,1 --families shannon tsallis` trains four 3-step models and
     # summarizes each family. Reference: the per-model results themselves (the counts, the
@@ -699,6 +700,7 @@ def test_pilot_replicates_a_design_over_seeds(tmp_path, monkeypatch, capsys):
         main(common + ["--families", "shannon"])
 
 
+@pytest.mark.slow
 def test_pilot_trains_a_carried_loop_on_its_own_scores(tmp_path, monkeypatch):
     # `--loop-kind fisher --dose 0.5`: the config the pilot trains is an unfrozen Fisher loop
     # at that dose with the given dynamics (read back from the recipe's fingerprint); a
