@@ -45,9 +45,9 @@ __all__ = ["LoopedConfig", "LoopedTransformer", "init_looped"]
 
 _TASKS = ("recall", "pointer")
 _LOOP_KINDS = ("transformer", "fisher", "linear")
-# fields added after the first cached weights: omitted from the fingerprint at these values
 # RK4's stability interval on the negative real axis: h * rate <= 2.785
 _RK4_STABLE = 2.785
+# fields added after the first cached weights: omitted from the fingerprint at these values
 _LATER_DEFAULTS = dict(task="recall", hops=1, loop_kind="transformer", mass=1.0, damping=1.0,
                        learn_T=False, substeps=4, frozen_scores=False, leak=0.0,
                        dose=1.0, distinct_labels=False)
@@ -141,14 +141,14 @@ class LoopedConfig:
             raise ValueError(f"T must be > 0, got {self.T}")
         # the damped mode decays at about gamma/m; an RK4 substep h beyond RK4's stability
         # interval on the negative axis (2.785 / rate) makes the carried state blow up
+        rate = self.damping / self.mass
         h = self.step / (self.n_loops * self.substeps)
-        if self.loop_kind == "fisher" and h * self.damping / self.mass > _RK4_STABLE:
-            need = math.ceil(self.step * self.damping / (self.mass * self.n_loops * _RK4_STABLE))
+        if self.loop_kind == "fisher" and h * rate > _RK4_STABLE:
+            need = math.ceil(h * self.substeps * rate / _RK4_STABLE)
             raise ValueError(
-                f"an RK4 substep of {h:.3g} is unstable at damping/mass = "
-                f"{self.damping / self.mass:.3g} (h * damping/mass = "
-                f"{h * self.damping / self.mass:.3g} > {_RK4_STABLE}): use substeps >= {need}, "
-                "a larger mass or a smaller step")
+                f"an RK4 substep of {h:.3g} is unstable at damping/mass = {rate:.3g} "
+                f"(h * damping/mass = {h * rate:.3g} > {_RK4_STABLE}): use substeps >= "
+                f"{need}, a larger mass or a smaller step")
 
     @property
     def classes(self) -> int:

@@ -206,28 +206,15 @@ def log_replication(family: str, summary: dict, log) -> None:
         log(f"{family}, seed {seed} fails: " + "; ".join(why))
 
 
-def argv_design(argv) -> list[str]:
-    """The design's options from the command line, without outputs, seeds and families (a
-    figure's title)."""
-    import sys
-
-    rest = list(sys.argv[1:] if argv is None else argv)
-    if rest[:1] == ["pilot"]:
-        rest = rest[1:]
-    out = []
-    while rest:
-        a = rest.pop(0)
-        if a in ("--json", "--figure", "--seeds"):
-            rest = rest[1:]
-        elif a == "--families":
-            while rest and not rest[0].startswith("--"):
-                rest.pop(0)
-        elif a != "--no-progress":
-            out.append(a)
-    return out
+def design_title(model: dict) -> str:
+    """A pilot result's design, for a figure's title: its config (without the normalizer)
+    and training recipe (without the seed)."""
+    config = {k: v for k, v in model["config"].items() if k != "entropy"}
+    recipe = {k: v for k, v in model["recipe"].items() if k != "seed"}
+    return ", ".join(f"{k} {v}" for k, v in {**config, **recipe}.items())
 
 
-def replication_figure(plt, models: dict, design: str):
+def replication_figure(plt, models: dict):
     """Each precondition's number per seed and family, beside the protocol's threshold."""
     from .protocol import PRECONDITIONS as P
 
@@ -253,12 +240,14 @@ def replication_figure(plt, models: dict, design: str):
                 ax.scatter(x, worst, color=f"C{i}", marker="x", s=18,
                            label="greatest of the problems" if i == 0 else None)
         ax.axhline(threshold, color="gray", ls="--", lw=1, label="threshold")
-        seeds = sorted({r["recipe"]["seed"] for fam in families for r in models[fam]})
-        ax.set(title=label, xlabel="seed", yscale=scale, xticks=seeds)
+        every_seed = sorted({r["recipe"]["seed"] for fam in families for r in models[fam]})
+        ax.set(title=label, xlabel="seed", yscale=scale, xticks=every_seed)
         ax.title.set_fontsize(9)
     axes[0].legend(fontsize=8, title="filled: every precondition holds", title_fontsize=7)
-    axes[2].legend(fontsize=7)
-    fig.suptitle("pilot " + design, fontsize=8)
+    # headroom above the points on the log axis, so that the legend covers none of them
+    axes[2].set_ylim(top=axes[2].get_ylim()[1] * 100)
+    axes[2].legend(fontsize=7, loc="upper right")
+    fig.suptitle(design_title(next(iter(models.values()))[0]), fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -373,7 +362,7 @@ def main(argv=None):
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
 
-            fig = replication_figure(plt, out["models"], " ".join(argv_design(argv)))
+            fig = replication_figure(plt, out["models"])
             fig.savefig(args.figure, dpi=120)
             log(f"wrote {args.figure}")
     if args.json:

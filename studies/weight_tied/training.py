@@ -197,9 +197,8 @@ def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_fro
             raise FloatingPointError(
                 f"training diverged: the loss is {losses[i]} at step {i + 1} of {steps} "
                 f"({config.entropy!r}, loop_kind {config.loop_kind!r}); nothing was cached. "
-                "A Fisher loop's explicit RK4 substeps are stable only while the carried "
-                "dynamics' rates (damping/mass, the scores' scale over the mass) stay within "
-                "them: try more substeps, a larger mass or a smaller learning rate")
+                "Try a smaller learning rate; for a Fisher loop, whose explicit RK4 substeps "
+                "must resolve the rates it learns, also more substeps or a larger mass")
         now = time.perf_counter()
         durations[i], last = now - last, now
         if bar is not None:
