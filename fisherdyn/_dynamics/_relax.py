@@ -143,7 +143,19 @@ def _newton_on_support(entropy, z, T, active, u0, lam0, rtol, mask=None):
         jnp.where(skip, 0.0, jnp.maximum(lam - boundary_forces(entropy, rho, z, T), 0.0))
     )
     residual = jnp.maximum(jnp.maximum(on, off), jnp.abs(jnp.sum(rho) - 1))
-    converged = sol.result == optx.RESULTS.successful
+    # A weight far below the others (a key within the steady-state tolerance of a cutoff)
+    # has a root in u = log(rho) that rounding blurs beyond the Cauchy test in u, though rho
+    # is exact: where Newton stopped at its step limit (or saw that noise as divergence), the
+    # root stands if the next Newton step would move every weight by less than the tolerance.
+    r = jnp.where(active, (g - lam) / T, 0.0)
+    rho_step = jnp.max(jnp.abs(rho * r * _diagonal_scale(entropy, z, T, active, u)))
+    settled = (rho_step <= rtol) & (jnp.abs(jnp.sum(_on_support(active, u)) - 1) <= rtol)
+    stopped = (sol.result == optx.RESULTS.nonlinear_max_steps_reached) | (
+        sol.result == optx.RESULTS.nonlinear_divergence
+    )
+    converged = (sol.result == optx.RESULTS.successful) | (
+        stopped & settled & jnp.isfinite(residual)
+    )
     return rho, lam, residual, converged, off, sol.stats["num_steps"], u
 
 
@@ -151,17 +163,25 @@ def _retry_on_new_support(system, rho_end, lam_end, rtol, active, u0, first):
     """Newton once more on the support that the first solve's multiplier selects.
 
     A key whose boundary force sits within the steady-state tolerance of the multiplier can
-    be on the wrong side of it at the end point: Newton then drives its weight to 0 without
-    converging. Computed for every problem and kept only where the first solve failed (where
-    it did not, the second solve starts at the root and stops at once).
+    be on the wrong side of it at the end point. If it is on the support there, Newton drives
+    its weight to 0 without converging; if it is off, Newton converges to a point that pulls
+    it inward. Where the first solve failed in one of these ways, the second one takes the
+    support that its multiplier selects among the keys the dynamics left inside the simplex
+    (a key at exactly 0 stays off: faces are invariant). Computed for every problem and kept
+    only where the first solve failed.
     """
     entropy, z, T = system.entropy, system.scores, system.T
     rho, lam, residual, ok_newton, off, steps, u = first
     lam_ok = jnp.isfinite(lam)
-    retry_active = active & ~(boundary_forces(entropy, rho_end, z, T) > lam)
-    retry = ~ok_newton & lam_ok & jnp.any(retry_active != active)
+    inside = rho_end > 0 if system.mask is None else (rho_end > 0) & system.mask
+    selected = ~(boundary_forces(entropy, rho_end, z, T) > lam)
+    retry_active = jnp.where(ok_newton, active | (selected & inside), active & selected)
+    retry = (~ok_newton | (off > 0)) & lam_ok & jnp.any(retry_active != active)
+    added = retry_active & ~active
     active = jnp.where(retry, retry_active, active)
     u_start = jnp.where(jnp.all(jnp.isfinite(u)), u, u0)
+    # a key taken onto the support starts from its weight at the end point
+    u_start = jnp.where(added, jnp.log(jnp.where(added, rho_end, 1.0)), u_start)
     second = _newton_on_support(
         entropy, z, T, active, u_start, jnp.where(lam_ok, lam, lam_end), rtol, system.mask
     )
