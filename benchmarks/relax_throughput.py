@@ -6,7 +6,8 @@ keys, m = 1, gamma = 2, T = 1, rtol 1e-8, float64) and each batch size B, one co
 then the median of `--repeats` calls, and relaxations per second = B / median. The
 saturating batch is the smallest B whose throughput is within 10 % of the family's
 largest (not reached where only the largest B is). A problem that does not converge is
-counted by its result and the run goes on. Every fixed point is checked against `fisherdyn.stationary` (1e-10).
+counted by its result and the run goes on. Every fixed point is checked against
+`fisherdyn.stationary` (1e-10).
 
 Beside it, what one host CPU core does with scipy's `solve_ivp` (RK45 and LSODA, the
 same equations and stop as `benchmarks/dynamics.py`, `--scipy-problems` per family): the
@@ -123,7 +124,8 @@ def main():
     jax.print_environment_info()
     dev = jax.devices()[0]
     out = dict(device=f"{dev.platform}: {dev.device_kind}", jax=jax.__version__,
-               jaxlib=jaxlib.__version__, diffrax=diffrax.__version__, host=platform.processor() or platform.machine(),
+               jaxlib=jaxlib.__version__, diffrax=diffrax.__version__,
+               host=platform.processor() or platform.machine(),
                keys=args.keys, rtol=RTOL, atol=ATOL, tol=TOL, loadavg_before=loadavg(),
                families={})
     print(f"device {out['device']}, JAX {jax.__version__}, diffrax {diffrax.__version__}; "
