@@ -24,11 +24,15 @@ architecture and task (cached like the study's) and reports, with numbers:
         --step 4 --curriculum 4/2:3000,8/2:3000 --steps 4000   # smaller problems first
     python studies/weight_tied pilot ... --seeds 0-7 --families shannon tsallis kaniadakis \
         --figure design.png --json design.json   # the design over seeds and normalizers
+    python studies/weight_tied pilot ... --seeds 0-7 --resume design.json ...  # reuse results
     python studies/weight_tied pilot ... --loop-kind fisher --mass 0.05 --substeps 5
 
 With `--seeds` the models are trained (or loaded) one after the other and the run ends, per
 family, with how the design replicates: how many seeds meet every precondition, which fail
 and why, and each precondition's number over the seeds (median, least, greatest).
+`--resume` takes a model's result from earlier `--json` files when its design, training
+recipe and evaluation settings match, so that seeds trained in separate runs (two at a time
+on two cores, say) join one summary without being evaluated again.
 `--loop-kind fisher` trains the positive control whose attention is the damped Fisher
 dynamics driven by the loop's own scores (`--dose` mixes in the plain normalizer); its
 RK4 substeps must resolve the damping rate (`LoopedConfig` refuses too few).
@@ -79,18 +83,13 @@ def pilot(args, log=print) -> dict:
 
     from .evidence_paths import depth_convergence
     from .fixed_point import fixed_point_report
-    from .model import LoopedConfig
     from .paths import extract_paths
     from .protocol import PRECONDITIONS, PROTOCOL_VERSION
-    from .study import depth_paths, make_entropy, preconditions, to_f64
+    from .study import depth_paths, preconditions, to_f64
     from .task import task_batch
     from .training import train_looped
 
-    cfg = LoopedConfig(task="pointer", n_pairs=args.nodes, hops=args.hops, dim=args.dim,
-                       d_model=args.width, n_heads=args.heads, d_mlp=2 * args.width,
-                       n_loops=args.loops, step=args.step, leak=args.leak,
-                       distinct_labels=args.distinct_labels, n_classes=args.classes,
-                       entropy=make_entropy(fd, args.family), **loop_options(args))
+    cfg = design_of(args)
     L = cfg.n_loops
     t0 = time.perf_counter()
     tr = train_looped(cfg, seed=args.seed, steps=args.steps, batch=args.batch, lr=args.lr,
@@ -130,13 +129,62 @@ def pilot(args, log=print) -> dict:
     log("preconditions (protocol " + PROTOCOL_VERSION + "): "
         + ("all hold" if not failed else "; ".join(failed)))
     follows = describe(fd, m, cfg, args, log) if args.follow else None
-    return dict(follow=follows,config=cfg.fingerprint(), recipe=dict(
-        seed=args.seed, steps=args.steps, batch=args.batch, lr=args.lr, loops=[L, 3 * L],
-        residual_penalty=args.penalty, residual=args.residual,
-        curriculum=[list(c) for c in args.curriculum]),
-        accuracy=tr.accuracy, accuracy_by_loop=by_loop.tolist(), chance=chance,
-        mode_shortcut=shortcut, fixed_point=fp, depth_ratio=ratio,
-        preconditions=dict(values=values, failed=failed, thresholds=PRECONDITIONS))
+    return dict(follow=follows, config=cfg.fingerprint(), recipe=recipe_of(args),
+                evaluation=evaluation_of(args), accuracy=tr.accuracy,
+                accuracy_by_loop=by_loop.tolist(), chance=chance, mode_shortcut=shortcut,
+                fixed_point=fp, depth_ratio=ratio,
+                preconditions=dict(values=values, failed=failed, thresholds=PRECONDITIONS))
+
+
+def design_of(args):
+    """The looped model's config (`LoopedConfig`) of the command's arguments."""
+    import fisherdyn as fd
+
+    from .model import LoopedConfig
+    from .study import make_entropy
+
+    return LoopedConfig(task="pointer", n_pairs=args.nodes, hops=args.hops, dim=args.dim,
+                        d_model=args.width, n_heads=args.heads, d_mlp=2 * args.width,
+                        n_loops=args.loops, step=args.step, leak=args.leak,
+                        distinct_labels=args.distinct_labels, n_classes=args.classes,
+                        entropy=make_entropy(fd, args.family), **loop_options(args))
+
+
+def recipe_of(args) -> dict:
+    """The training recipe of the command's arguments, as a pilot result records it."""
+    return dict(seed=args.seed, steps=args.steps, batch=args.batch, lr=args.lr,
+                loops=[args.loops, 3 * args.loops], residual_penalty=args.penalty,
+                residual=args.residual, curriculum=[list(c) for c in args.curriculum])
+
+
+def evaluation_of(args) -> dict:
+    """The settings a pilot result's numbers depend on besides the design and the recipe."""
+    return dict(problems=args.problems, fp_problems=args.fp_problems,
+                jacobians=args.jacobians, follow=args.follow,
+                follow_problems=args.follow_problems if args.follow else None)
+
+
+def result_key(config: dict, recipe: dict, evaluation: dict) -> str:
+    """What identifies a pilot result: its design, recipe and evaluation settings (through
+    JSON, so that a result read back from a file matches the one it was written from)."""
+    return json.dumps(json.loads(json.dumps(
+        dict(config=config, recipe=recipe, evaluation=evaluation), default=float)),
+        sort_keys=True)
+
+
+def earlier_results(paths) -> dict[str, tuple[dict, str]]:
+    """The per-model results of earlier `--seeds` runs (their JSON files' `models`), keyed
+    by `result_key`, each with the file it came from. A result without its evaluation
+    settings (an older file) cannot be matched and is left out."""
+    found = {}
+    for path in paths:
+        with open(path) as f:
+            models = json.load(f).get("models", {})
+        for results in models.values():
+            for r in results:
+                if "evaluation" in r:
+                    found[result_key(r["config"], r["recipe"], r["evaluation"])] = (r, path)
+    return found
 
 
 def describe(fd, m, cfg, args, log):
@@ -334,6 +382,10 @@ def main(argv=None):
     p.add_argument("--figure", type=str, default=None,
                    help="with --seeds: plot each precondition per seed and family here")
     p.add_argument("--json", type=str, default=None, help="also write the result here")
+    p.add_argument("--resume", nargs="+", default=(), metavar="JSON",
+                   help="with --seeds: reuse the results in these earlier --json files whose "
+                        "design, recipe and evaluation settings match (written by the same "
+                        "code); train and evaluate only the other seeds")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     import jax
@@ -341,17 +393,24 @@ def main(argv=None):
     jax.config.update("jax_enable_x64", True)
     log = lambda s: print(f"[weight_tied pilot] {s}", flush=True)  # noqa: E731
     if args.seeds is None:
-        if args.families or args.figure:
-            raise SystemExit("--families and --figure need --seeds")
+        if args.families or args.figure or args.resume:
+            raise SystemExit("--families, --figure and --resume need --seeds")
         out = pilot(args, log=log)
     else:
         out = dict(replication={}, models={})
+        earlier = earlier_results(args.resume)
         for family in args.families or [args.family]:
             results = []
             for seed in args.seeds:
                 log(f"{family}, seed {seed}")
                 one = argparse.Namespace(**dict(vars(args), seed=seed, family=family))
-                results.append(pilot(one, log=log))
+                key = result_key(design_of(one).fingerprint(), recipe_of(one),
+                                 evaluation_of(one))
+                if key in earlier:
+                    log(f"result reused from {earlier[key][1]}")
+                    results.append(earlier[key][0])
+                else:
+                    results.append(pilot(one, log=log))
             summary = replication(results)
             log_replication(family, summary, log)
             out["replication"][family] = summary

@@ -189,6 +189,7 @@ def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_fro
     for i in range(steps):
         n = counts[i]
         args = () if n is None else (jnp.asarray(n, jnp.int32),)
+        before = model
         model, opt_state, loss = steps_for(n)(model, opt_state, k_data,
                                               jnp.asarray(i, jnp.int32), *args)
         losses[i] = float(loss)
@@ -197,7 +198,8 @@ def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_fro
             raise FloatingPointError(
                 f"training diverged: the loss is {losses[i]} at step {i + 1} of {steps} "
                 f"({config.entropy!r}, loop_kind {config.loop_kind!r}); nothing was cached. "
-                "Try a smaller learning rate; for a Fisher loop, whose explicit RK4 substeps "
+                + carried_rates(before, config)
+                + "Try a smaller learning rate; for a Fisher loop, whose explicit RK4 substeps "
                 "must resolve the rates it learns, also more substeps or a larger mass")
         now = time.perf_counter()
         durations[i], last = now - last, now
@@ -209,6 +211,19 @@ def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_fro
         bar.close()
     # the median step: the first step of each compiled length is its compilation
     return model, losses, last - start, 1e3 * float(np.median(durations))
+
+
+def carried_rates(model, config) -> str:
+    """A sentence on a Fisher loop's learned mass and damping per head and its substep's
+    h * damping/mass (RK4 is stable for h * rate <= 2.785); empty for other loops."""
+    if config.loop_kind != "fisher":
+        return ""
+    p = model.dynamics_parameters()
+    h = config.step / (config.n_loops * config.substeps)
+    fmt = lambda a: ", ".join(f"{v:.4g}" for v in np.asarray(a))  # noqa: E731
+    return (f"Before that step the heads' mass was {fmt(p['mass'])}, their damping "
+            f"{fmt(p['damping'])}, so h * damping/mass = {fmt(h * p['damping'] / p['mass'])} "
+            f"(at the start {h * config.damping / config.mass:.3g}). ")
 
 
 def _curriculum_configs(config, curriculum):

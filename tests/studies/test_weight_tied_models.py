@@ -5,6 +5,7 @@ layers and their dynamics alone are library tests: tests/test_fisher_loop.py.
 """
 
 import dataclasses
+import json
 
 import equinox as eqx
 import jax
@@ -662,6 +663,40 @@ def test_pilot_reports_the_preconditions_of_a_model(tmp_path, monkeypatch, capsy
     assert (tmp_path / "p.json").exists()
 
 
+def test_pilot_resumes_from_an_earlier_run(tmp_path, monkeypatch, capsys):
+    # `--resume` takes a model's result from an earlier `--json` file when its design,
+    # recipe and evaluation settings match, and evaluates the other seeds. The reused
+    # result is marked with an accuracy no evaluation gives (0.123), so that reuse is seen
+    # in the output; a different evaluation setting or recipe does not match.
+    monkeypatch.setenv("FISHERDYN_CACHE", str(tmp_path))
+    from weight_tied.pilot import earlier_results, main, result_key
+
+    common = ["--nodes", "4", "--hops", "2", "--dim", "8", "--width", "8", "--loops", "2",
+              "--steps", "3", "--batch", "4", "--problems", "8", "--fp-problems", "2",
+              "--jacobians", "1", "--no-progress"]
+    first = tmp_path / "first.json"
+    main(common + ["--seeds", "0", "--json", str(first)])
+    data = json.loads(first.read_text())
+    record = data["models"]["shannon"][0]
+    record["accuracy"] = record["preconditions"]["values"]["accuracy"] = 0.123
+    first.write_text(json.dumps(data))
+    out = main(common + ["--seeds", "0,1", "--resume", str(first)])
+    models = out["models"]["shannon"]
+    assert [m["recipe"]["seed"] for m in models] == [0, 1]
+    assert models[0]["accuracy"] == 0.123 and models[1]["accuracy"] != 0.123
+    assert out["replication"]["shannon"]["accuracy"]["min"] == 0.123
+    assert f"result reused from {first}" in capsys.readouterr().out
+    found = earlier_results([first])
+    key = result_key(record["config"], record["recipe"], record["evaluation"])
+    assert set(found) == {key}
+    assert result_key(record["config"], record["recipe"],
+                      dict(record["evaluation"], problems=16)) not in found
+    assert result_key(record["config"], dict(record["recipe"], steps=4),
+                      record["evaluation"]) not in found
+    with pytest.raises(SystemExit, match="need --seeds"):
+        main(common + ["--resume", str(first)])
+
+
 @pytest.mark.slow
 def test_pilot_replicates_a_design_over_seeds(tmp_path, monkeypatch, capsys):
     # `pilot --seeds 0,1 --families shannon tsallis` trains four 3-step models and
@@ -807,6 +842,23 @@ def test_a_fisher_loop_whose_rk4_substep_is_unstable_is_refused():
     LoopedConfig(loop_kind="linear", mass=0.02, damping=1.0, step=4.0, n_loops=8, substeps=1)
 
 
+def test_carried_rates_reads_the_fisher_loops_parameters():
+    # Reference: the config's own initial mass and damping (an untrained loop holds them
+    # per head), and h = step / (loops * substeps); other loops have no such sentence.
+    from weight_tied.training import carried_rates
+
+    cfg = LoopedConfig(task="pointer", n_pairs=4, hops=2, dim=8, d_model=8, n_heads=2,
+                       d_mlp=16, n_loops=2, step=2.0, loop_kind="fisher", mass=0.25,
+                       damping=0.75, substeps=3)
+    text = carried_rates(init_looped(cfg, jr.PRNGKey(0)), cfg)
+    h = 2.0 / (2 * 3)
+    assert "mass was 0.25, 0.25" in text and "damping 0.75, 0.75" in text
+    assert f"= {h * 3:.4g}, {h * 3:.4g} (at the start {h * 3:.3g})" in text
+    plain = dataclasses.replace(cfg, loop_kind="transformer", mass=1.0, damping=1.0,
+                                substeps=4)
+    assert carried_rates(init_looped(plain, jr.PRNGKey(0)), plain) == ""
+
+
 def test_training_that_diverges_stops_and_caches_nothing(tmp_path):
     # A Fisher loop trained at a learning rate of 10 drives its carried state beyond its
     # RK4 substeps within a few steps (NaN loss): training stops with the step and caches
@@ -816,8 +868,13 @@ def test_training_that_diverges_stops_and_caches_nothing(tmp_path):
     cfg = LoopedConfig(task="pointer", n_pairs=4, hops=2, dim=8, d_model=8, n_heads=2,
                        d_mlp=16, n_loops=2, loop_kind="fisher", mass=0.5, damping=1.0,
                        substeps=2)
-    with pytest.raises(FloatingPointError, match=r"diverged: the loss is nan at step \d+ of 30"):
+    with pytest.raises(FloatingPointError, match=r"diverged: the loss is nan at step \d+ of 30"
+                       ) as err:
         train_looped(cfg, steps=30, batch=4, lr=10.0, cache_dir=tmp_path, progress=False)
     assert not list(tmp_path.iterdir())
+    # the message names the learned rates before the step (h = step / (loops * substeps))
+    h = cfg.step / (cfg.n_loops * cfg.substeps)
+    assert f"(at the start {h * 1.0 / 0.5:.3g})" in str(err.value)
+    assert "h * damping/mass = " in str(err.value)
     tr = train_looped(cfg, steps=5, batch=4, cache_dir=tmp_path, progress=False)
     assert np.all(np.isfinite(tr.loss_history)) and len(list(tmp_path.iterdir())) == 2
