@@ -130,7 +130,7 @@ def pilot(args, log=print) -> dict:
         + ("all hold" if not failed else "; ".join(failed)))
     follows = describe(fd, m, cfg, args, log) if args.follow else None
     return dict(follow=follows, config=cfg.fingerprint(), recipe=recipe_of(args),
-                evaluation=evaluation_of(args), accuracy=tr.accuracy,
+                evaluation=evaluation_of(args), host=host_of(jax), accuracy=tr.accuracy,
                 accuracy_by_loop=by_loop.tolist(), chance=chance, mode_shortcut=shortcut,
                 fixed_point=fp, depth_ratio=ratio,
                 preconditions=dict(values=values, failed=failed, thresholds=PRECONDITIONS))
@@ -162,6 +162,24 @@ def evaluation_of(args) -> dict:
     return dict(problems=args.problems, fp_problems=args.fp_problems,
                 jacobians=args.jacobians, follow=args.follow,
                 follow_problems=args.follow_problems if args.follow else None)
+
+
+def host_of(jax) -> dict:
+    """Where a result was computed: JAX's version, its backend and the processor. The same
+    seed trains to different weights on a processor whose floating-point kernels differ."""
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+        cpu += " (AVX-512)" if "avx512f" in flags else ""
+    except OSError:  # not Linux
+        pass
+    return dict(jax=jax.__version__, backend=jax.default_backend(), cpu=cpu)
 
 
 def result_key(config: dict, recipe: dict, evaluation: dict) -> str:

@@ -645,20 +645,25 @@ def test_mode_shortcut_accuracy_by_hand():
     assert 0.29 < mode_shortcut_accuracy(b, 16, 8) < 0.35
 
 
+# a pilot of a tiny model trained for 3 steps, evaluated on a few problems
+TINY_PILOT = ["--nodes", "4", "--hops", "2", "--dim", "8", "--width", "8", "--loops", "2",
+              "--steps", "3", "--batch", "4", "--problems", "8", "--fp-problems", "2",
+              "--jacobians", "1", "--no-progress"]
+
+
 def test_pilot_reports_the_preconditions_of_a_model(tmp_path, monkeypatch, capsys):
     # A smoke run of `python studies/weight_tied pilot` (3 training steps): it reports every
     # precondition with its number, and an untrained model fails the accuracy one.
     monkeypatch.setenv("FISHERDYN_CACHE", str(tmp_path))
     from weight_tied.pilot import main
 
-    out = main(["--nodes", "4", "--hops", "2", "--dim", "8", "--width", "8", "--loops", "2",
-                "--steps", "3", "--batch", "4", "--problems", "8", "--fp-problems", "2",
-                "--jacobians", "1", "--no-progress", "--json", str(tmp_path / "p.json")])
+    out = main(TINY_PILOT + ["--json", str(tmp_path / "p.json")])
     values = out["preconditions"]["values"]
     assert set(values) == {"accuracy", "spectral_radius", "endpoint_distance", "depth_ratio"}
     assert all(np.isfinite(v) for v in values.values())
     assert any(f.startswith("accuracy") for f in out["preconditions"]["failed"])
     assert len(out["accuracy_by_loop"]) == 4 * 2 + 1 and out["chance"] == 0.25
+    assert out["host"]["jax"] == jax.__version__ and out["host"]["backend"] == "cpu"
     assert "preconditions (protocol" in capsys.readouterr().out
     assert (tmp_path / "p.json").exists()
 
@@ -671,9 +676,7 @@ def test_pilot_resumes_from_an_earlier_run(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FISHERDYN_CACHE", str(tmp_path))
     from weight_tied.pilot import earlier_results, main, result_key
 
-    common = ["--nodes", "4", "--hops", "2", "--dim", "8", "--width", "8", "--loops", "2",
-              "--steps", "3", "--batch", "4", "--problems", "8", "--fp-problems", "2",
-              "--jacobians", "1", "--no-progress"]
+    common = TINY_PILOT
     first = tmp_path / "first.json"
     main(common + ["--seeds", "0", "--json", str(first)])
     data = json.loads(first.read_text())
@@ -707,9 +710,7 @@ def test_pilot_replicates_a_design_over_seeds(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FISHERDYN_CACHE", str(tmp_path))
     from weight_tied.pilot import design_title, main
 
-    common = ["--nodes", "4", "--hops", "2", "--dim", "8", "--width", "8", "--loops", "2",
-              "--steps", "3", "--batch", "4", "--problems", "8", "--fp-problems", "2",
-              "--jacobians", "1", "--no-progress"]
+    common = TINY_PILOT
     fig = tmp_path / "rep.png"
     out = main(common + ["--seeds", "0,1", "--families", "shannon", "tsallis", "--figure",
                          str(fig)])
