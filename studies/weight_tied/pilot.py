@@ -99,6 +99,15 @@ def pilot(args, log=print) -> dict:
     how = "cached" if tr.from_cache else f"trained in {time.perf_counter() - t0:.0f} s"
     log(f"accuracy {tr.accuracy:.3f} at L = {L} ({how}; median step {tr.step_ms:.0f} ms)")
     m = to_f64(tr.model)
+    carried = None
+    if cfg.loop_kind != "transformer":
+        learned = m.dynamics_parameters()
+        carried = {k: learned[k].tolist() for k in ("mass", "damping", "T")}
+        if cfg.loop_kind == "fisher":  # h * damping/mass of an RK4 substep (stable <= 2.785)
+            h = cfg.step / (cfg.n_loops * cfg.substeps)
+            carried["substep_damping_rate"] = (h * learned["damping"] / learned["mass"]).tolist()
+        log("learned per head: " + "; ".join(
+            f"{k} {np.array2string(np.asarray(v), precision=3)}" for k, v in carried.items()))
     probe = task_batch(cfg, jr.PRNGKey(20_000 + args.seed), args.problems)
     by_loop = np.asarray(extract_paths(m, probe, 4 * L, dtype=jnp.float64).accuracy)
     chance = 1 / cfg.classes
@@ -130,7 +139,8 @@ def pilot(args, log=print) -> dict:
         + ("all hold" if not failed else "; ".join(failed)))
     follows = describe(fd, m, cfg, args, log) if args.follow else None
     return dict(follow=follows, config=cfg.fingerprint(), recipe=recipe_of(args),
-                evaluation=evaluation_of(args), host=host_of(jax), accuracy=tr.accuracy,
+                evaluation=evaluation_of(args), host=host_of(jax), carried=carried,
+                accuracy=tr.accuracy,
                 accuracy_by_loop=by_loop.tolist(), chance=chance, mode_shortcut=shortcut,
                 fixed_point=fp, depth_ratio=ratio,
                 preconditions=dict(values=values, failed=failed, thresholds=PRECONDITIONS))

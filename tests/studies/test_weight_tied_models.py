@@ -664,6 +664,7 @@ def test_pilot_reports_the_preconditions_of_a_model(tmp_path, monkeypatch, capsy
     assert any(f.startswith("accuracy") for f in out["preconditions"]["failed"])
     assert len(out["accuracy_by_loop"]) == 4 * 2 + 1 and out["chance"] == 0.25
     assert out["host"]["jax"] == jax.__version__ and out["host"]["backend"] == "cpu"
+    assert out["carried"] is None  # a plain transformer carries no dynamics
     assert "preconditions (protocol" in capsys.readouterr().out
     assert (tmp_path / "p.json").exists()
 
@@ -752,6 +753,12 @@ def test_pilot_trains_a_carried_loop_on_its_own_scores(tmp_path, monkeypatch):
     cfg = out["config"]
     assert cfg["loop_kind"] == "fisher" and cfg["dose"] == 0.5
     assert cfg["mass"] == 0.5 and cfg["substeps"] == 2 and "frozen_scores" not in cfg
+    # the learned parameters per head: two steps move the mass little from its start, and
+    # the substep's rate is h * damping/mass with h = step / (loops * substeps) = 0.5
+    learned = out["carried"]
+    assert len(learned["mass"]) == 2 and np.allclose(learned["mass"], 0.5, rtol=0.05)
+    np.testing.assert_allclose(learned["substep_damping_rate"],
+                               0.5 * np.array(learned["damping"]) / learned["mass"], rtol=1e-6)
     with pytest.raises(SystemExit, match="dose"):
         main(common + ["--dose", "0.5"])
 
