@@ -142,7 +142,7 @@ class LoopedConfig:
         # the damped mode decays at about gamma/m; an RK4 substep h beyond RK4's stability
         # interval on the negative axis (2.785 / rate) makes the carried state blow up
         rate = self.damping / self.mass
-        h = self.step / (self.n_loops * self.substeps)
+        h = self.substep
         if self.loop_kind == "fisher" and h * rate > _RK4_STABLE:
             need = math.ceil(h * self.substeps * rate / _RK4_STABLE)
             raise ValueError(
@@ -172,6 +172,11 @@ class LoopedConfig:
     @property
     def temperature(self) -> float:
         return math.sqrt(self.d_head) if self.T is None else float(self.T)
+
+    @property
+    def substep(self) -> float:
+        """The time step h of one RK4 substep of a Fisher loop: step / (loops * substeps)."""
+        return self.step / (self.n_loops * self.substeps)
 
     def fingerprint(self) -> dict:
         """A JSON-able description (the entropy by its repr) used for the cache key."""

@@ -87,7 +87,7 @@ def pilot(args, log=print) -> dict:
     from .protocol import PRECONDITIONS, PROTOCOL_VERSION
     from .study import depth_paths, preconditions, to_f64
     from .task import task_batch
-    from .training import train_looped
+    from .training import carried_parameters, train_looped
 
     cfg = design_of(args)
     L = cfg.n_loops
@@ -99,13 +99,8 @@ def pilot(args, log=print) -> dict:
     how = "cached" if tr.from_cache else f"trained in {time.perf_counter() - t0:.0f} s"
     log(f"accuracy {tr.accuracy:.3f} at L = {L} ({how}; median step {tr.step_ms:.0f} ms)")
     m = to_f64(tr.model)
-    carried = None
-    if cfg.loop_kind != "transformer":
-        learned = m.dynamics_parameters()
-        carried = {k: learned[k].tolist() for k in ("mass", "damping", "T")}
-        if cfg.loop_kind == "fisher":  # h * damping/mass of an RK4 substep (stable <= 2.785)
-            h = cfg.step / (cfg.n_loops * cfg.substeps)
-            carried["substep_damping_rate"] = (h * learned["damping"] / learned["mass"]).tolist()
+    carried = carried_parameters(m, cfg)
+    if carried is not None:
         log("learned per head: " + "; ".join(
             f"{k} {np.array2string(np.asarray(v), precision=3)}" for k, v in carried.items()))
     probe = task_batch(cfg, jr.PRNGKey(20_000 + args.seed), args.problems)
@@ -182,13 +177,12 @@ def host_of(jax) -> dict:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "").split()
-        cpu += " (AVX-512)" if "avx512f" in flags else ""
+            info = {k.strip(): v.strip() for k, v in
+                    (line.split(":", 1) for line in f if ":" in line)}  # the last core's
     except OSError:  # not Linux
-        pass
+        info = {}
+    cpu = info.get("model name", cpu)
+    cpu += " (AVX-512)" if "avx512f" in info.get("flags", "").split() else ""
     return dict(jax=jax.__version__, backend=jax.default_backend(), cpu=cpu)
 
 

@@ -213,17 +213,29 @@ def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_fro
     return model, losses, last - start, 1e3 * float(np.median(durations))
 
 
+def carried_parameters(model, config) -> dict | None:
+    """A carried loop's learned `mass`, `damping` and `T` per head (lists), and for a Fisher
+    loop `substep_damping_rate`, h * damping/mass of its RK4 substep (stable up to 2.785);
+    None for the plain transformer."""
+    if config.loop_kind == "transformer":
+        return None
+    p = model.dynamics_parameters()
+    out = {k: np.asarray(p[k]).tolist() for k in ("mass", "damping", "T")}
+    if config.loop_kind == "fisher":
+        out["substep_damping_rate"] = (config.substep * p["damping"] / p["mass"]).tolist()
+    return out
+
+
 def carried_rates(model, config) -> str:
-    """A sentence on a Fisher loop's learned mass and damping per head and its substep's
-    h * damping/mass (RK4 is stable for h * rate <= 2.785); empty for other loops."""
+    """A sentence on a Fisher loop's learned mass, damping and substep rate per head (for
+    the error of a diverged training); empty for other loops."""
     if config.loop_kind != "fisher":
         return ""
-    p = model.dynamics_parameters()
-    h = config.step / (config.n_loops * config.substeps)
-    fmt = lambda a: ", ".join(f"{v:.4g}" for v in np.asarray(a))  # noqa: E731
+    p = carried_parameters(model, config)
+    fmt = lambda a: ", ".join(f"{v:.4g}" for v in a)  # noqa: E731
     return (f"Before that step the heads' mass was {fmt(p['mass'])}, their damping "
-            f"{fmt(p['damping'])}, so h * damping/mass = {fmt(h * p['damping'] / p['mass'])} "
-            f"(at the start {h * config.damping / config.mass:.3g}). ")
+            f"{fmt(p['damping'])}, so h * damping/mass = {fmt(p['substep_damping_rate'])} "
+            f"(at the start {config.substep * config.damping / config.mass:.3g}). ")
 
 
 def _curriculum_configs(config, curriculum):

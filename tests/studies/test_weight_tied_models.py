@@ -677,14 +677,13 @@ def test_pilot_resumes_from_an_earlier_run(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FISHERDYN_CACHE", str(tmp_path))
     from weight_tied.pilot import earlier_results, main, result_key
 
-    common = TINY_PILOT
     first = tmp_path / "first.json"
-    main(common + ["--seeds", "0", "--json", str(first)])
+    main(TINY_PILOT + ["--seeds", "0", "--json", str(first)])
     data = json.loads(first.read_text())
     record = data["models"]["shannon"][0]
     record["accuracy"] = record["preconditions"]["values"]["accuracy"] = 0.123
     first.write_text(json.dumps(data))
-    out = main(common + ["--seeds", "0,1", "--resume", str(first)])
+    out = main(TINY_PILOT + ["--seeds", "0,1", "--resume", str(first)])
     models = out["models"]["shannon"]
     assert [m["recipe"]["seed"] for m in models] == [0, 1]
     assert models[0]["accuracy"] == 0.123 and models[1]["accuracy"] != 0.123
@@ -698,7 +697,7 @@ def test_pilot_resumes_from_an_earlier_run(tmp_path, monkeypatch, capsys):
     assert result_key(record["config"], dict(record["recipe"], steps=4),
                       record["evaluation"]) not in found
     with pytest.raises(SystemExit, match="need --seeds"):
-        main(common + ["--resume", str(first)])
+        main(TINY_PILOT + ["--resume", str(first)])
 
 
 @pytest.mark.slow
@@ -711,9 +710,8 @@ def test_pilot_replicates_a_design_over_seeds(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FISHERDYN_CACHE", str(tmp_path))
     from weight_tied.pilot import design_title, main
 
-    common = TINY_PILOT
     fig = tmp_path / "rep.png"
-    out = main(common + ["--seeds", "0,1", "--families", "shannon", "tsallis", "--figure",
+    out = main(TINY_PILOT + ["--seeds", "0,1", "--families", "shannon", "tsallis", "--figure",
                          str(fig)])
     assert set(out["replication"]) == {"shannon", "tsallis"} and fig.stat().st_size > 0
     for family in ("shannon", "tsallis"):
@@ -728,13 +726,13 @@ def test_pilot_replicates_a_design_over_seeds(tmp_path, monkeypatch, capsys):
         assert rep["seeds_with_a_problem_beyond"] == sum(g > 0.05 for g in greatest)
         assert rep["endpoint_distance_greatest"]["max"] == max(greatest)
     assert "tsallis: 0 of 2 seeds meet every precondition" in capsys.readouterr().out
-    again = main(common + ["--seed", "1", "--family", "tsallis"])
+    again = main(TINY_PILOT + ["--seed", "1", "--family", "tsallis"])
     assert again["preconditions"] == out["models"]["tsallis"][1]["preconditions"]
     title = design_title(out["models"]["tsallis"][0])
     assert "n_pairs 4" in title and "steps 3" in title
     assert "seed" not in title and "Tsallis" not in title
     with pytest.raises(SystemExit, match="need --seeds"):
-        main(common + ["--families", "shannon"])
+        main(TINY_PILOT + ["--families", "shannon"])
 
 
 @pytest.mark.slow
