@@ -22,7 +22,9 @@ A study, not part of the library: it calls fisherdyn's public API only. Run it w
   `evidence_shape.py` (`isotropy`, `support_revival`): tests of the paths' shape.
 - `verdict.py`: `bootstrap_ci`, `holm`, the first four `CRITERIA` and `verdict`.
 - `protocol.py`: `PROTOCOL` (criteria, preconditions, admissible criteria per family,
-  decision rule), its version and hash, and every earlier version (`PROTOCOLS`);
+  decision rule; from 1.2 the noise, dose and control rules: `gate_by_noise`,
+  `dose_response`, `controls_hold`), its version and hash, and every earlier version
+  (`PROTOCOLS`);
   `calibration.py`: the criteria run on synthetic paths of graded truth
   (`python studies/weight_tied calibrate [--quick]`).
 - `study.py`: the study's groups, measurements and report, and what the heads follow
@@ -76,7 +78,10 @@ from .protocol import (
     PROTOCOL_CRITERIA as PROTOCOL_CRITERIA,
     PROTOCOLS as PROTOCOLS,
     PROTOCOL_VERSION as PROTOCOL_VERSION,
+    controls_hold as controls_hold,
     decide_family as decide_family,
+    dose_response as dose_response,
+    gate_by_noise as gate_by_noise,
     protocol_hash as protocol_hash,
 )
 from .task import (

@@ -42,10 +42,10 @@ from .protocol import (
     ADMISSIBLE_FRACTION,
     ADMISSIBLE_SIGMA,
     APPLIES_TO,
+    CALIBRATION_VERSION,
     NOT_EVALUABLE,
-    PROTOCOL,
     PROTOCOL_CRITERIA,
-    PROTOCOL_VERSION,
+    PROTOCOLS,
     criteria_hash,
 )
 from .verdict import CRITERION_LEVEL, NO, YES
@@ -338,7 +338,7 @@ def figure(plt, table, admissible, S):
             if j == 0:
                 ax.set_ylabel("P(decision)")
     axes[0, 0].legend(fontsize=5, loc="center left")
-    fig.suptitle(f"Calibration of the weight-tied criteria (protocol {PROTOCOL_VERSION}): "
+    fig.suptitle(f"Calibration of the weight-tied criteria (protocol {CALIBRATION_VERSION}): "
                  f"P(YES) solid, P(NO) dashed, over {S['replicates']} replicates; admissible: "
                  f"YES at alpha 0 and NO at alpha 1 in >= {ADMISSIBLE_FRACTION:.0%} at sigma "
                  f"{ADMISSIBLE_SIGMA}", fontsize=9)
@@ -357,9 +357,11 @@ def calibrate(S, log=print):
             runs.setdefault(name, []).append(res)
     table, admissible = tabulate(runs, S)
     at = str(ADMISSIBLE_SIGMA)
+    # the version whose criteria this runs (later versions add rules on trained models only)
+    calibrated = PROTOCOLS[CALIBRATION_VERSION]
     return dict(
-        protocol_version=PROTOCOL_VERSION, criteria_sha256=criteria_hash(),
-        protocol={k: v for k, v in PROTOCOL.items() if k != "admissible"},
+        protocol_version=CALIBRATION_VERSION, criteria_sha256=criteria_hash(calibrated),
+        protocol={k: v for k, v in calibrated.items() if k != "admissible"},
         settings=dict(dynamics=DYNAMICS, heldout_fit=HELDOUT, level=CRITERION_LEVEL,
                       **{k: v for k, v in S.items()}),
         power=table, admissible_by_sigma=admissible,

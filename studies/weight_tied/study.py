@@ -2,25 +2,28 @@
 Fisher-Lagrangian dynamics, with depth as continuous time? Eight falsifiable criteria,
 replicated over seeds, read under a protocol fixed in code before the data.
 
-Every model is trained on multi-hop pointer chasing (`pointer_task`: the query
-must follow `hops` links, so attention has to move between keys across loops) with
-fixed-point (DEQ-style) training over random loop counts in [L, 3L], on a contracting loop
-(a leaky residual, `LoopedConfig.leak`, and the absolute residual penalty). The unit of
-replication is the trained model: `seeds` models per group. Groups:
+Every model is trained on multi-hop pointer chasing (`pointer_task`: 8 nodes, 3 hops, so the
+query must follow links and no one-step shortcut answers; after a curriculum from 4 nodes)
+with fixed-point (DEQ-style) training over random loop counts in [L, 3L], on a contracting
+loop (a leaky residual, `LoopedConfig.leak`, and the absolute residual penalty). Every
+trained group has the same design and recipe. The unit of replication is the trained model:
+`seeds` models per group. Groups:
 
 - normalizers (the question): looped transformers whose attention is
   `stationary(entropy, scores, T)` of each loop's scores, for Shannon, Tsallis(1.5),
   Kaniadakis(0.3);
-- positive controls, one per family: `FisherLoop` models with frozen
-  scores (`LoopedConfig(loop_kind="fisher", frozen_scores=True)`): their attention *is* the
-  damped relaxation toward fixed scores, so every applicable test must say YES and the fit
-  must recover the family and (m, gamma, T). Tsallis' mobility rho G'(rho) = 1.5 rho^0.5
-  spreads over the keys, so it is the control of test 2; Kaniadakis(0.3)'s stays within a
-  few percent of 1 on dense fixed points, where the slope is not identified (N/A), and
-  Shannon's is constant (N/A);
-- negative controls: the same model with linear second-order score dynamics
-  (`loop_kind="linear"`, as many parameters) and untrained (random-weight) transformers;
-  each must be told NO on at least one criterion;
+- positive controls, one per family: `FisherLoop` models whose attention is the damped
+  Fisher dynamics driven by the loop's own scores (`LoopedConfig(loop_kind="fisher")`),
+  trained to solve the task like the normalizers: every admissible criterion must say YES;
+- the architectural dose, one per family (protocol 1.2): the same Fisher loop with
+  attention $(1 - \\beta)$ stationary + $\\beta$ Fisher state at $\\beta$ = `DOSE`; with the
+  normalizer ($\\beta = 0$) and the positive control ($\\beta = 1$) it is the series the dose
+  rule reads (`protocol.dose_response`);
+- negative controls, in the one family the calibration admits criteria for (Tsallis): the
+  same model with linear second-order score dynamics driven by its own scores
+  (`loop_kind="linear"`, as many parameters), and untrained (random-weight) transformers;
+  a negative control that meets the preconditions must be told NO (the untrained one
+  cannot meet them: it is reported, not required);
 - a task control: the Shannon transformer trained on one-hop recall (`task="recall"`), where
   one retrieval answers. Pointer chasing must gain accuracy from loop 1 to loop L (the
   interval above `DEPTH_NEED`), recall must not (below it).
@@ -49,8 +52,9 @@ seed's preconditions are recorded with numbers (accuracy, spectral radius, endpo
 random starts, depth ratio); the criteria are read on the seeds that pass them, and a
 group with fewer than two such seeds is NOT EVALUABLE. The answer comes from the criteria
 the calibration found admissible for the family (`protocol.decide_family`): a family with
-none is UNTESTABLE. If the controls do not come out as they must (positive YES, negatives
-NO), no YES or NO of a normalizer stands (INCONCLUSIVE).
+none is UNTESTABLE. A normalizer's admissible criterion is read only where it responds to
+the dose (protocol 1.2). If the controls do not come out as they must
+(`protocol.controls_hold`), no YES or NO of a normalizer stands (INCONCLUSIVE).
 
     python studies/weight_tied [--quick] [--out figures] [--workers 2] [--seeds 8]
 
@@ -96,36 +100,48 @@ from .protocol import (
     PROTOCOL_CRITERIA,
     PROTOCOL_VERSION,
     PROTOCOLS,
+    controls_hold,
     decide_family,
+    dose_response,
+    gate_by_dose,
+    gate_by_noise,
     protocol_hash,
 )
-from .task import pointer_task, task_batch
+from .task import task_batch
 from .training import train_looped
 from .verdict import CRITERION_LEVEL, bootstrap_ci, holm, median_interval, sign_test, verdict
 
 NAME = "weight_tied"
 
-# leak 1: the residual stream is x' = F(x, e) - x, bounded, so the loop can have a fixed
-# point (without it the stream grows linearly and none of the models has one)
-MODEL = dict(task="pointer", n_pairs=4, hops=2, dim=8, d_model=16, n_heads=2, d_mlp=32,
-             n_loops=8, step=2.0, leak=1.0)
-# The controls need trained weights, not the best ones: the frozen-score loops' accuracy
-# hardly grows beyond 600 steps.
-FULL = dict(seeds=8, steps=dict(normalizer=4000, control=600), batch=64, eval_batch=512,
-            problems=128, n_jacobian=4, fp_loops=128, families=("shannon", "tsallis", "kaniadakis"),
+# The design (docs/guides/weight_tied.md, "A design with fixed points"): 8 nodes and 3 hops
+# (no one-step shortcut), after a curriculum from 4 nodes that gives the lookups a gradient;
+# leak 1 bounds the residual stream (x' = F(x, e) - x), so the loop can have a fixed point.
+MODEL = dict(task="pointer", n_pairs=8, hops=3, n_classes=8, dim=16, d_model=48, n_heads=3,
+             d_mlp=96, n_loops=8, step=4.0, leak=1.0)
+RECIPE = dict(steps=4000, curriculum=((4, 2, 3000), (8, 2, 3000)))
+# quick mode (the test suite's pipeline run): a small design, a few steps
+MODEL_QUICK = dict(task="pointer", n_pairs=4, hops=2, dim=8, d_model=16, n_heads=2, d_mlp=32,
+                   n_loops=8, step=2.0, leak=1.0)
+# Every trained group gets the same recipe: the controls must solve the task too, or they
+# fail the preconditions and cannot tell. eval_batch 1024 is the pilot's, so weights the
+# pilot trained with the same design and recipe are found in the cache.
+FULL = dict(seeds=8, model=MODEL, recipe=RECIPE, batch=64, eval_batch=1024, problems=128,
+            n_jacobian=4, fp_loops=128, families=("shannon", "tsallis", "kaniadakis"),
             positive_families=("shannon", "tsallis", "kaniadakis"),
-            control_family="kaniadakis",
+            dose_families=("shannon", "tsallis", "kaniadakis"), control_family="tsallis",
             identify=True, follow=False)
-QUICK = dict(seeds=2, steps=dict(normalizer=40, control=40), batch=32, eval_batch=256,
-             problems=16, n_jacobian=1, fp_loops=128, families=("shannon",),
-             positive_families=("shannon",), control_family="shannon", identify=False,
-             follow=False)
-# The positive control starts near the overdamped limit, m omega^2 / gamma^2 <~ 0.2 for the
-# stiffest modes, where the mobility law of test 2 holds (with inertia the log rates grow
-# faster than the mobility); 8 RK4 substeps keep gamma/m = 50 stable (h gamma/m = 1.6).
-# The linear control's (a, b) start at 1/0.3.
-POSITIVE = dict(mass=0.02, damping=1.0, substeps=8)
+QUICK = dict(seeds=2, model=MODEL_QUICK, recipe=dict(steps=40, curriculum=()), batch=32,
+             eval_batch=256, problems=16, n_jacobian=1, fp_loops=128, families=("shannon",),
+             positive_families=("shannon",), dose_families=("shannon",),
+             control_family="shannon", identify=False, follow=False)
+# The positive control: the damped Fisher dynamics driven by the loop's own scores, which
+# solves the task (pilot: accuracy 0.976 for Shannon, every precondition met). Mass 0.1
+# with 5 RK4 substeps starts at h gamma/m = 1.0; at 0.05 training drives the step past
+# RK4's stability edge. The linear control's (a, b) start at 1/0.3; it is driven by its
+# own scores too, so that it can meet the preconditions.
+POSITIVE = dict(mass=0.1, damping=1.0, substeps=5)
 LINEAR = dict(mass=0.3, damping=1.0)
+DOSE = 0.5  # the middle of protocol 1.2's dose series (0: the normalizer, 1: the control)
 # the absolute residual: the relative one is satisfied by a stream that grows linearly
 DEQ = dict(residual_penalty=0.1, residual="absolute")
 DEQ_RANGE = 3  # fixed-point training over loop counts n ~ U{L..3L}
@@ -134,8 +150,6 @@ DEQ_RANGE = 3  # fixed-point training over loop counts n ~ U{L..3L}
 HELDOUT = dict(lm_steps=30, max_steps=1024, rtol=1e-5)
 # "what they follow": the families whose Fisher models describe every head's paths
 FOLLOW_FAMILIES = ("shannon", "tsallis", "kaniadakis")
-# the positive control must recover its own (m, gamma, T) within this relative error
-RECOVERY_TOL = 0.05
 # the mobility slope is identified only where log(T rho G'(rho)) varies within a path by
 # at least this rms
 MOBILITY_MIN_SPREAD = 0.1
@@ -153,24 +167,29 @@ def make_entropy(fd, name):
 
 def groups(fd, S):
     """(name, role, entropy, LoopedConfig, trained) of every group of the study."""
+    M = S["model"]
     out = []
     for fam in S["families"]:
         e = make_entropy(fd, fam)
         out.append(dict(name=f"{e.name} transformer", role="normalizer", entropy=e,
-                        config=LoopedConfig(entropy=e, **MODEL), trained=True))
+                        config=LoopedConfig(entropy=e, **M), trained=True))
     for fam in S["positive_families"]:
         e = make_entropy(fd, fam)
         out.append(dict(name=f"positive: {e.name} Fisher loop", role="positive", entropy=e,
-                        config=LoopedConfig(loop_kind="fisher", entropy=e,
-                                               frozen_scores=True, **POSITIVE, **MODEL),
+                        config=LoopedConfig(loop_kind="fisher", entropy=e, **POSITIVE, **M),
+                        trained=True))
+    for fam in S["dose_families"]:
+        e = make_entropy(fd, fam)
+        out.append(dict(name=f"dose {DOSE:g}: {e.name} Fisher loop", role="dose", entropy=e,
+                        config=LoopedConfig(loop_kind="fisher", entropy=e, dose=DOSE,
+                                            **POSITIVE, **M),
                         trained=True))
     e = make_entropy(fd, S["control_family"])
-    frozen = dict(entropy=e, frozen_scores=True, **MODEL)
     out.append(dict(name=f"negative: {e.name} linear loop", role="negative", entropy=e,
-                    config=LoopedConfig(loop_kind="linear", **LINEAR, **frozen),
+                    config=LoopedConfig(loop_kind="linear", entropy=e, **LINEAR, **M),
                     trained=True))
     out.append(dict(name=f"negative: {e.name} untrained", role="negative", entropy=e,
-                    config=LoopedConfig(entropy=e, **MODEL), trained=False))
+                    config=LoopedConfig(entropy=e, **M), trained=False))
     return out
 
 
@@ -184,20 +203,23 @@ def get_model(fd, S, g, seed):
         model = init_looped(cfg, jr.PRNGKey(seed))
         return model, evaluate_looped(model, jr.PRNGKey(10_000 + seed), S["eval_batch"]), True
     L = cfg.n_loops
-    steps = S["steps"]["normalizer" if g["role"] in ("normalizer", "task") else "control"]
-    print(f"[{NAME}] {g['name']} seed {seed}: started ({steps} training steps unless the "
-          "weights are cached)", flush=True)
-    tr = train_looped(cfg, seed=seed, steps=steps, batch=S["batch"],
-                         eval_batch=S["eval_batch"], loops=(L, DEQ_RANGE * L),
-                         progress=False, **DEQ)
+    R = S["recipe"]
+    # the curriculum's stages are pointer tasks: the one-hop recall control has none
+    stages = R["curriculum"] if cfg.task == "pointer" else ()
+    print(f"[{NAME}] {g['name']} seed {seed}: started ("
+          f"{R['steps'] + sum(n for *_, n in stages)} training steps unless the weights are "
+          "cached)", flush=True)
+    tr = train_looped(cfg, seed=seed, steps=R["steps"], batch=S["batch"],
+                      eval_batch=S["eval_batch"], loops=(L, DEQ_RANGE * L), progress=False,
+                      curriculum=stages, **DEQ)
     return tr.model, tr.accuracy, tr.from_cache
 
 
-def task_control_group(fd):
+def task_control_group(fd, S):
     """The task control: a Shannon transformer as in the study, trained on one-hop recall."""
     e = fd.Shannon()
     return dict(name="task control: Shannon transformer, one-hop recall", role="task",
-                entropy=e, config=LoopedConfig(entropy=e, **dict(MODEL, **TASK_CONTROL)),
+                entropy=e, config=LoopedConfig(entropy=e, **dict(S["model"], **TASK_CONTROL)),
                 trained=True)
 
 
@@ -552,14 +574,63 @@ def protocol_answer(fd, g, ds, a, level):
     used = a if len(ok) in (len(ds), 0, 1) else analyse(fd, g, [ds[i] for i in ok], level)
     v = verdict(used["intervals"], criteria=PROTOCOL_CRITERIA)
     decisions = {n: (NOT_EVALUABLE if d == "N/A" else d) for n, d in v.decisions.items()}
-    answer, why = decide_family(decisions, g["entropy"].name, preconditions_failed=failed)
+    fam = g["entropy"].name
+    noise = group_noise([ds[i] for i in ok] if len(ok) >= 2 else ds)
     # every protocol version's answer from the same measurements, side by side
-    by_version = {ver: decide_family(decisions, g["entropy"].name, admissible=p["admissible"],
-                                     preconditions_failed=failed)
-                  for ver, p in PROTOCOLS.items()}
+    by_version, gated = {}, {}
+    for ver, p in PROTOCOLS.items():
+        dec, why = (gate_by_noise(decisions, fam, noise, p["noise"]["limits"])
+                    if "noise" in p else (decisions, {}))
+        by_version[ver] = decide_family(dec, fam, admissible=p["admissible"],
+                                        preconditions_failed=failed)
+        gated[ver] = dec, why
+    decisions, why_noise = gated[PROTOCOL_VERSION]
+    answer, why = by_version[PROTOCOL_VERSION]
     return dict(verdict=v, decisions=decisions, answer=answer, reason=why, preconditions=pre,
-                seeds_used=ok if not failed else [], reasons=used["reasons"],
-                by_version=by_version)
+                seeds_used=ok if not failed else [], reasons={**used["reasons"], **why_noise},
+                by_version=by_version, failed=failed, noise=noise)
+
+
+def group_noise(ds):
+    """A group's measured noise in sqrt(rho): the median over its seeds and heads of the
+    held-out likelihood fit's noise estimate (protocol 1.2's noise rule)."""
+    return float(np.median([hp.noise for d in ds for hp in d["heldout_likelihood"]]))
+
+
+def apply_dose_rule(G, answers):
+    """Protocol 1.2's dose rule: for each normalizer, its family's dose series (the
+    normalizer, the dose group, the positive control; a model that fails a precondition
+    has no interval), each admissible criterion's response (`dose_response`), and the
+    normalizer's answer under every version with a dose rule, from the gated decisions
+    (in place). **Returns** family -> criterion -> responds, reason, estimates."""
+    name_of = {(g["role"], g["entropy"].name): g["name"] for g in G}
+    crit = {c.name: c for c in PROTOCOL_CRITERIA}
+    out = {}
+    for g in G:
+        if g["role"] != "normalizer":
+            continue
+        fam, ans = g["entropy"].name, answers[g["name"]]
+        series = [g["name"], name_of.get(("dose", fam)), name_of.get(("positive", fam))]
+        # no interval where a member fails a precondition or the noise rule
+        ivs = lambda c: [None if n is None or not answers[n]["seeds_used"]  # noqa: E731
+                         or answers[n]["decisions"].get(c) == NOT_EVALUABLE
+                         else answers[n]["verdict"].intervals.get(c) for n in series]
+        versions = {ver: p for ver, p in PROTOCOLS.items() if "dose" in p}
+        names = sorted({c for p in versions.values() for c in p["admissible"].get(fam, ())})
+        responses = {c: dose_response(crit[c], ivs(c)) for c in names}
+        out[fam] = {c: dict(responds=r[0], reason=r[1],
+                            estimates=[None if iv is None else float(iv.estimate)
+                                       for iv in ivs(c)])
+                    for c, r in responses.items()}
+        for ver, p in versions.items():
+            gated, why = gate_by_dose(ans["decisions"], fam, responses, p["admissible"])
+            ans["by_version"][ver] = decide_family(gated, fam, admissible=p["admissible"],
+                                                   preconditions_failed=ans["failed"])
+            if ver == PROTOCOL_VERSION:
+                ans["answer"], ans["reason"] = ans["by_version"][ver]
+                ans["decisions"] = gated
+                ans["reasons"] = {**ans["reasons"], **why}
+    return out
 
 
 def exact_tests(intervals, level):
@@ -599,12 +670,13 @@ def iv_json(iv):
 
 
 # settings that choose which groups run, not what one model's results are
-SHARED_SETTINGS = ("seeds", "families", "positive_families", "control_family")
-# Models run longest first, so that the workers end together (the order of a measured cold
-# run: the Tsallis transformers, whose held-out fits are the slowest, come first).
-SCHEDULE = ("Tsallis transformer", "positive: Kaniadakis", "Kaniadakis transformer",
-            "positive: Tsallis", "positive: Shannon", "Shannon transformer", "task control",
-            "negative")
+SHARED_SETTINGS = ("seeds", "families", "positive_families", "dose_families",
+                   "control_family")
+# Models run longest first, so that the workers end together: the Fisher loops (five RK4
+# substeps per loop, about twice a transformer's training step), then the Tsallis
+# transformers, whose held-out fits are the slowest.
+SCHEDULE = ("positive", "dose", "Tsallis transformer", "Kaniadakis transformer",
+            "negative: Tsallis linear", "Shannon transformer", "task control", "negative")
 
 
 def model_job(index, seed, quick, follow=False):
@@ -619,7 +691,7 @@ def model_job(index, seed, quick, follow=False):
     import fisherdyn as fd
 
     S = dict(QUICK if quick else FULL, follow=follow)
-    g = (groups(fd, S) + [task_control_group(fd)])[index]
+    g = (groups(fd, S) + [task_control_group(fd, S)])[index]
     cfg = g["config"]
     path = result_file(fd, S, g, seed, quick)
     if path is not None and (hit := load_result(path)) is not None:
@@ -631,8 +703,7 @@ def model_job(index, seed, quick, follow=False):
     if g["role"] == "task":
         d = dict(accuracy=acc)
     else:
-        batch = pointer_task(jr.PRNGKey(2024), S["problems"], cfg.n_pairs, cfg.hops,
-                                cfg.dim)
+        batch = task_batch(cfg, jr.PRNGKey(2024), S["problems"])
         d = measure(fd, S, g, model, batch, seed)
         d.update(accuracy=acc, seed=seed, T=model.T, params=model.dynamics_parameters())
         if g["role"] == "positive" and S["identify"]:
@@ -665,7 +736,7 @@ def result_file(fd, S, g, seed, quick):
                trained=g["trained"], seed=seed, quick=quick,
                settings={k: v for k, v in S.items() if k not in SHARED_SETTINGS},
                constants=dict(positive=POSITIVE, linear=LINEAR, deq=DEQ, deq_range=DEQ_RANGE,
-                              heldout=HELDOUT, min_spread=MOBILITY_MIN_SPREAD),
+                              heldout=HELDOUT, min_spread=MOBILITY_MIN_SPREAD, dose=DOSE),
                x64=bool(jax.config.jax_enable_x64), jax=jax.__version__,
                source=source_digest(fd, sys.modules[__package__]))
     return result_path(key, default_cache_dir())
@@ -746,7 +817,7 @@ def main(argv=None):
           f"groups; {S['problems']} problems per model ({S['problems'] // 2} fit, "
           f"{S['problems'] // 2} held out), {cfg0.n_heads} heads; trained over loop counts "
           f"U{{L..{DEQ_RANGE}L}}; {args.workers} worker(s)", flush=True)
-    task = task_control_group(fd)
+    task = task_control_group(fd, S)
     S = {**S, "follow": bool(args.follow)}
     outcome = run_models(len(G) + 1, S["seeds"], args.quick, args.workers, S["follow"])
     t_train = sum(r[1] for rows in outcome for r in rows)
@@ -757,16 +828,18 @@ def main(argv=None):
 
     # --------------------------------------------------------------------- verdicts
     answers = {g["name"]: protocol_answer(fd, g, ds, a, level) for g, ds, a in results}
+    doses = apply_dose_rule(G, answers)
     pos = [g["name"] for g in G if g["role"] == "positive"]
     neg = [g["name"] for g in G if g["role"] == "negative"]
-    pos_ok = all(answers[n]["answer"] == "YES" for n in pos)
-    neg_ok = all(answers[n]["answer"] == "NO" for n in neg)
-    controls_ok = pos_ok and neg_ok
+    controls_ok, controls_why = controls_hold(
+        [answers[n]["answer"] for n in pos],
+        [(answers[n]["answer"], bool(answers[n]["seeds_used"])) for n in neg])
     for n in pos + neg:
         want = "YES" if n in pos else "NO"
         key = f"{n}: protocol answer is {want} (1 if so)"
         got, why = float(answers[n]["answer"] == want), answers[n]["reason"]
-        if args.quick:  # a few training steps: no precondition can hold, nothing to decide
+        # a negative control that fails a precondition cannot tell (the control rule)
+        if args.quick or (n in neg and not answers[n]["seeds_used"]):
             ledger.note(key, got, explain=why)
         else:
             ledger.check(key, got, 1.0, tol=0, explain=why)
@@ -796,35 +869,19 @@ def main(argv=None):
             ledger.check(key + " (interval's lower end)", iv.low, DEPTH_NEED, tol=DEPTH_NEED,
                          kind="min", explain=explain + "; the task needs depth")
 
-    # positive controls: recovery of (m, gamma, T) and of the family
-    recovery = {}
+    # positive controls: which family's Fisher model predicts their held-out loops best
+    # (reported: their scores move, so the fit toward the fixed-point scores is not exact)
+    identified = {}
     for g, ds, _ in results:
-        if g["role"] != "positive":
-            continue
-        rec = recovery[g["name"]] = {}
-        errs = []
-        for d in ds:
-            p = d["params"]
-            for h, hp in enumerate(d["heldout"]):
-                true = np.array([p["mass"][h], p["damping"][h], p["T"][h]])
-                errs.append(np.abs(np.array(hp.fisher_params) / true - 1))
-        errs = np.array(errs)
-        rec["max_rel_error"] = dict(zip(("mass", "damping", "T"), errs.max(0)))
-        for k, v in rec["max_rel_error"].items():
-            ledger.check(f"{g['name']}: fitted {k} / learned - 1 (max over heads, seeds)",
-                         v, 0.0, tol=RECOVERY_TOL, kind="max",
-                         explain="one (m, gamma, T) per head from the held-out fit")
-        if S["identify"]:
+        if g["role"] == "positive" and S["identify"]:
             rms = {}
             for d in ds:
                 for fam, v in d["identify"].items():
                     rms.setdefault(fam, []).append(v)
-            rms = {k: float(np.mean(v)) for k, v in rms.items()}
-            rec["heldout_rms_by_family"] = rms
-            best = min(rms, key=rms.get)
-            ledger.check(f"{g['name']}: own family has the lowest held-out rms",
-                         float(best == g["entropy"].name), 1.0, tol=0,
-                         explain=", ".join(f"{k} {v:.3g}" for k, v in rms.items()))
+            rms = identified[g["name"]] = {k: float(np.mean(v)) for k, v in rms.items()}
+            ledger.note(f"{g['name']}: own family has the lowest held-out rms (1 if so)",
+                        float(min(rms, key=rms.get) == g["entropy"].name),
+                        explain=", ".join(f"{k} {v:.3g}" for k, v in rms.items()))
 
     # exact tests over seeds, beside the bootstrap (they do not decide)
     exact = {g["name"]: exact_tests(final[g["name"]].intervals, level) for g, _, _ in results}
@@ -859,10 +916,12 @@ def main(argv=None):
               f"margin {fs['median_margin']:.3g} per problem; held-out error over the best "
               "baseline's: " + ", ".join(f"{k} {v:.3g}" for k, v in
                                          fs["median_error_over_best_baseline"].items()))
+    for fam, rs in doses.items():
+        for c, r in rs.items():
+            print(f"[{NAME}] dose rule, {fam}, {c}: {r['reason']} (estimates at doses "
+                  + ", ".join("-" if x is None else f"{x:.3g}" for x in r["estimates"]) + ")")
     if not controls_ok:
-        why = ([] if pos_ok else ["a positive control's answer was not YES"]) + (
-            [] if neg_ok else ["a negative control's answer was not NO"])
-        print(f"[{NAME}] CONTROLS FAILED ({'; '.join(why)}): no YES or NO stands")
+        print(f"[{NAME}] CONTROLS FAILED ({controls_why}): no YES or NO stands")
     answer = {g["name"]: final[g["name"]].overall for g in G if g["role"] == "normalizer"}
     for n, v in answer.items():
         ledger.note(f"verdict {n}: YES=1 NO=0 otherwise 0.5 (see data)",
@@ -879,15 +938,16 @@ def main(argv=None):
     data = dict(
         protocol_version=PROTOCOL_VERSION, protocol_sha256=protocol_hash(), protocol=PROTOCOL,
         protocol_versions={ver: protocol_hash(p) for ver, p in PROTOCOLS.items()},
-        settings=dict(model=MODEL, **{k: v for k, v in S.items()}, level=level,
-                      positive=POSITIVE, linear=LINEAR, deq=DEQ, heldout_fit=HELDOUT,
-                      recovery_tol=RECOVERY_TOL),
-        controls_ok=controls_ok,
+        settings=dict(**{k: v for k, v in S.items()}, level=level, positive=POSITIVE,
+                      linear=LINEAR, dose=DOSE, deq=DEQ, deq_range=DEQ_RANGE,
+                      heldout_fit=HELDOUT),
+        controls_ok=controls_ok, controls_reason=controls_why, dose_rule=doses,
         groups=[dict(
             name=g["name"], role=g["role"], entropy=repr(g["entropy"]),
             accuracy=[d["accuracy"] for d in ds],
             decisions=v.decisions, overall=v.overall,
             answer_reason=answers[g["name"]]["reason"],
+            noise=answers[g["name"]]["noise"],
             answer_by_protocol={ver: dict(answer=a_, reason=r_) for ver, (a_, r_)
                                 in answers[g["name"]]["by_version"].items()},
             admissible=list(ADMISSIBLE.get(g["entropy"].name, ())),
@@ -908,7 +968,7 @@ def main(argv=None):
             fitted_params=[[hp.fisher_params for hp in d["heldout"]] for d in ds],
             follow=follows[g["name"]],
         ) for g, ds, a, v in table_rows],
-        recovery=recovery,
+        identify=identified,
         task_control=dict(
             name=task["name"], depth_need=DEPTH_NEED,
             accuracy_by_loop={**{g["name"]: [d["accuracy_by_loop"].tolist() for d in ds]

@@ -195,8 +195,8 @@ def test_unknown_study_is_refused():
 @pytest.mark.slow
 def test_weight_tied_quick_tables(quick_run):
     """The weight-tied study writes what it promises: per group (normalizers, the positive
-    control, two negative controls) every criterion of the protocol with an interval over
-    its seeds or, where it has none, NOT EVALUABLE with its reason (never an error of 1); a
+    control, the dose group, two negative controls) every criterion of the protocol with an
+    interval over its seeds or, where it has none, NOT EVALUABLE with its reason (never an error of 1); a
     decision read from that interval by the protocol's criteria; each seed's preconditions
     with numbers; and an answer from the admissible criteria only (a family with none is
     UNTESTABLE). The JSON records the protocol's version and hash. (Runs inside
@@ -210,6 +210,7 @@ def test_weight_tied_quick_tables(quick_run):
     assert data["protocol_sha256"] == wp.protocol_hash()
     roles = [g["role"] for g in data["groups"]]
     assert roles.count("positive") == 1 and roles.count("negative") == 2 and "normalizer" in roles
+    assert roles.count("dose") == 1
     crit = {c.name: c for c in wp.PROTOCOL_CRITERIA}
     for g in data["groups"]:
         assert len(g["accuracy"]) == data["settings"]["seeds"] >= 2
@@ -223,6 +224,9 @@ def test_weight_tied_quick_tables(quick_run):
             lo, est, hi = (float("inf") if iv[k] is None else iv[k]
                            for k in ("low", "estimate", "high"))
             assert lo <= est <= hi
+            if g["not_evaluable"].get(name, "").startswith("dose rule"):
+                assert g["decisions"][name] == wp.NOT_EVALUABLE
+                continue
             assert g["decisions"][name] == crit[name].decide(wt.Interval(
                 est, lo, hi, iv["level"], iv["units"], [0.0]))
         for pre in g["preconditions"]:

@@ -19,17 +19,24 @@ from weight_tied.protocol import (
     ADMISSIBLE,
     ADMISSIBLE_1_0,
     ADMISSIBLE_SIGMA,
+    CALIBRATION_VERSION,
+    DOSES,
+    NOISE_LIMITS,
     NOT_EVALUABLE,
     PROTOCOL,
     PROTOCOL_CRITERIA,
     PROTOCOL_VERSION,
     PROTOCOLS,
     UNTESTABLE,
+    controls_hold,
     criteria_hash,
     decide_family,
+    dose_response,
+    gate_by_dose,
+    gate_by_noise,
     protocol_hash,
 )
-from weight_tied.verdict import INCONCLUSIVE, NO, YES
+from weight_tied.verdict import INCONCLUSIVE, NO, YES, Interval
 
 ROOT = Path(__file__).resolve().parents[2]
 TS = np.linspace(0.0, 3.0, 13)
@@ -127,10 +134,11 @@ def test_quick_calibration_power_and_admissibility():
     the mobility slope says YES on every noise-free Fisher replicate and NO on every
     noise-free linear one (the known answer, docs/guides/weight_tied.md), every probability
     table sums to at most 1, and the admissibility follows the stated rule from the table.
-    The JSON records the protocol version and the hash of the criteria it calibrated."""
+    The JSON records the version whose criteria it ran and their hash."""
     data = cal.calibrate(cal.QUICK, log=lambda s: None)
-    assert data["protocol_version"] == PROTOCOL_VERSION
-    assert data["criteria_sha256"] == criteria_hash() != protocol_hash()
+    calibrated = PROTOCOLS[CALIBRATION_VERSION]
+    assert data["protocol_version"] == CALIBRATION_VERSION
+    assert data["criteria_sha256"] == criteria_hash(calibrated) != protocol_hash(calibrated)
     mob = data["power"]["Tsallis"]["mobility_slope"]["0.0"]
     assert mob[0]["alpha"] == 0.0 and mob[0]["p_yes"] == 1.0
     assert mob[-1]["alpha"] == 1.0 and mob[-1]["p_no"] == 1.0
@@ -155,7 +163,20 @@ def test_committed_calibration_matches_the_protocol():
     assert [c["name"] for c in data["protocol"]["criteria"]] == \
         [c.name for c in PROTOCOL_CRITERIA]
     assert set(data["power"]) == {"Shannon", "Tsallis", "Kaniadakis"}
-    assert data["criteria_sha256"] == criteria_hash()
+    assert data["criteria_sha256"] == criteria_hash(PROTOCOLS[CALIBRATION_VERSION])
+
+
+def test_protocol_1_2_keeps_the_calibrated_criteria():
+    """Version 1.2 adds the noise, dose and control rules and nothing the calibration runs: its
+    criteria, thresholds, preconditions and admissible table are 1.1's, so 1.1's
+    calibration stands for it; 1.1's hash is the one its page and study recorded."""
+    v11, v12 = PROTOCOLS["1.1"], PROTOCOLS["1.2"]
+    assert PROTOCOL_VERSION == "1.2" and CALIBRATION_VERSION == "1.1"
+    assert protocol_hash(v11) == ("97231523ecc51dbc10b0dd77cb2b1bc8c7c635adc41a52207"
+                                  "87d04763ee2a5cb")
+    same = {k: v for k, v in v12.items() if k not in ("version", "noise", "dose", "controls")}
+    assert same == {k: v for k, v in v11.items() if k != "version"}
+    assert v12["dose"]["doses"] == list(DOSES) and "controls" in v12
 
 
 def test_protocol_1_0_stays_reported_beside_1_1():
@@ -193,7 +214,8 @@ def test_high_noise_calibration_extends_the_committed_one():
     not a different experiment."""
     noise = json.loads((ROOT / "figures" / "weight_tied_calibration_noise.json").read_text())
     main = json.loads((ROOT / "figures" / "weight_tied_calibration.json").read_text())
-    assert noise["criteria_sha256"] == criteria_hash() and noise["quick"] is False
+    assert noise["criteria_sha256"] == criteria_hash(PROTOCOLS[CALIBRATION_VERSION])
+    assert noise["quick"] is False
     assert list(noise["power"]) == ["Tsallis"] and 0.01 in noise["settings"]["sigmas"]
     assert max(noise["settings"]["sigmas"]) >= 0.2
     keys = ("alpha", "p_yes", "p_no", "p_not_evaluable")
@@ -207,7 +229,7 @@ def test_protocol_page_states_this_protocol():
     prints the committed calibration's table as `calibrate --table` does."""
     page = (ROOT / "docs" / "guides" / "weight_tied_protocol.md").read_text()
     assert f"**Protocol version {PROTOCOL_VERSION}**" in page and protocol_hash() in page
-    assert criteria_hash() in page
+    assert criteria_hash() in page and criteria_hash(PROTOCOLS[CALIBRATION_VERSION]) in page
     data = json.loads((ROOT / "figures" / "weight_tied_calibration.json").read_text())
     assert cal.table_markdown(data) in page
 
@@ -227,6 +249,136 @@ def test_decide_family_uses_admissible_criteria_only():
     assert decide_family({"heldout": NOT_EVALUABLE}, "A", adm)[0] == NOT_EVALUABLE
     ans, why = decide_family(d, "A", adm, ["spectral radius 1.01 >= 1"])
     assert ans == NOT_EVALUABLE and "1.01" in why
+
+
+def _iv(est, lo, hi):
+    return Interval(est, lo, hi, 0.9875, 8, np.zeros(8))
+
+
+def test_dose_rule_reads_a_criterion_only_where_it_responds():
+    """The dose rule on hand-made intervals of `heldout_likelihood` (YES at >= 2, NO at
+    <= -2): a statistic that climbs to YES responds; one whose Fisher dose is not YES, or
+    that falls away from YES between doses with disjoint intervals, does not; a reversal
+    inside overlapping intervals is noise and allowed; a dose without an interval leaves
+    the rule unreadable; and a normalizer's admissible criterion that does not respond is
+    NOT EVALUABLE, never NO (its answer can then be NO on another criterion, not YES)."""
+    c = next(c for c in PROTOCOL_CRITERIA if c.name == "heldout_likelihood")
+    climbs = [_iv(-5, -6, -4), _iv(0, -1, 1), _iv(5, 3, 7)]
+    assert dose_response(c, climbs) == (True, "responds to the dose")
+    flat_yes = [_iv(5, 3, 7), _iv(5.5, 3, 8), _iv(5, 3, 7)]
+    assert dose_response(c, flat_yes)[0] is True
+    ok, why = dose_response(c, [_iv(-5, -6, -4), _iv(0, -1, 1), _iv(1, 0.5, 3)])
+    assert ok is False and "dose 1" in why and INCONCLUSIVE in why
+    ok, why = dose_response(c, [_iv(0, -1, 1), _iv(-5, -6, -4), _iv(5, 3, 7)])
+    assert ok is False and "from dose 0 " in why
+    wobble = [_iv(0, -2, 2), _iv(-1, -3, 1), _iv(5, 3, 7)]  # overlapping: noise
+    assert dose_response(c, wobble)[0] is True
+    ok, why = dose_response(c, [_iv(0, -1, 1), None, _iv(5, 3, 7)])
+    assert ok is None and "0.5" in why
+    adm = {"Tsallis": ("heldout_likelihood", "linear_response")}
+    dec = {"heldout_likelihood": NO, "linear_response": YES, "heldout": NO}
+    gated, why = gate_by_dose(dec, "Tsallis", {"heldout_likelihood": (False, "x"),
+                                               "linear_response": (True, "ok")}, adm)
+    assert gated == dict(dec, heldout_likelihood=NOT_EVALUABLE)
+    assert why == {"heldout_likelihood": "dose rule: x"}
+    # an unread admissible criterion leaves YES out of reach; a read NO still stands
+    assert decide_family(gated, "Tsallis", adm)[0] == INCONCLUSIVE
+    gated, _ = gate_by_dose(dict(dec, linear_response=NO), "Tsallis",
+                            {"linear_response": (True, "ok")}, adm)
+    assert decide_family(gated, "Tsallis", adm)[0] == NO
+    gated, _ = gate_by_dose(dec, "Tsallis", {}, adm)  # no dose series at all
+    assert decide_family(gated, "Tsallis", adm)[0] == NOT_EVALUABLE
+
+
+def test_study_applies_the_dose_rule_to_normalizers_only():
+    """The study's `apply_dose_rule` on a hand-made Tsallis series: `heldout_likelihood`
+    climbs to YES over the doses and is read; the positive control says NO on
+    `linear_response`, so the transformer's NO there is NOT EVALUABLE under 1.2 and its
+    answer moves from NO (1.1, reported beside) to INCONCLUSIVE; the series' groups keep
+    their own answers. A dose group that fails a precondition leaves the rule unread."""
+    from types import SimpleNamespace
+
+    from weight_tied import study
+
+    e = fd.Tsallis(1.5)
+    G = [dict(role=r, entropy=e, name=r) for r in ("normalizer", "dose", "positive")]
+    lik = dict(normalizer=_iv(0, -1, 1), dose=_iv(2, 1, 3), positive=_iv(5, 3, 7))
+    lin = dict(normalizer=_iv(0.5, 0.4, 0.6), dose=_iv(0.5, 0.4, 0.6),
+               positive=_iv(0.5, 0.4, 0.6))
+
+    def answers(dose_passes=True):
+        out = {}
+        for r in ("normalizer", "dose", "positive"):
+            dec = dict(heldout_likelihood=INCONCLUSIVE, linear_response=NO)
+            out[r] = dict(verdict=SimpleNamespace(intervals=dict(
+                heldout_likelihood=lik[r], linear_response=lin[r])),
+                seeds_used=[0, 1] if dose_passes or r != "dose" else [],
+                decisions=dec, failed=[], reasons={}, answer=NO, reason="",
+                by_version={"1.1": (NO, "")})
+        return out
+
+    A = answers()
+    rule = study.apply_dose_rule(G, A)["Tsallis"]
+    assert rule["heldout_likelihood"]["responds"] is True
+    assert rule["heldout_likelihood"]["estimates"] == [0.0, 2.0, 5.0]
+    assert rule["linear_response"]["responds"] is False
+    n = A["normalizer"]
+    assert n["decisions"]["linear_response"] == NOT_EVALUABLE
+    assert n["reasons"]["linear_response"].startswith("dose rule")
+    assert n["answer"] == INCONCLUSIVE == n["by_version"]["1.2"][0]
+    assert n["by_version"]["1.1"][0] == NO
+    assert A["positive"]["answer"] == NO and "1.2" not in A["positive"]["by_version"]
+    A = answers(dose_passes=False)
+    rule = study.apply_dose_rule(G, A)["Tsallis"]
+    assert rule["heldout_likelihood"]["responds"] is None
+    assert rule["heldout_likelihood"]["estimates"][1] is None
+    assert A["normalizer"]["answer"] == NOT_EVALUABLE
+
+
+def test_noise_limits_are_the_calibrations():
+    """Each admissible criterion's noise limit is the largest calibrated sigma up to which
+    the committed calibrations (sigma <= 0.03, and the Tsallis extension to 0.2) admit it
+    at every level; linear response, which reads the loop's Jacobian, is admitted at every
+    calibrated level and has no limit."""
+    by_sigma = {}
+    for name in ("weight_tied_calibration.json", "weight_tied_calibration_noise.json"):
+        data = json.loads((ROOT / "figures" / name).read_text())
+        for fam, crits in data["admissible_by_sigma"].items():
+            for c, rows in crits.items():
+                for sig, ok in rows.items():
+                    by_sigma.setdefault((fam, c), {})[float(sig)] = ok
+    assert set(NOISE_LIMITS) == set(ADMISSIBLE)
+    for fam, adm in ADMISSIBLE.items():
+        assert set(NOISE_LIMITS[fam]) == set(adm)
+        for c in adm:
+            rows = sorted(by_sigma[(fam, c)].items())
+            if c == "linear_response":
+                assert all(ok for _, ok in rows) and NOISE_LIMITS[fam][c] == float("inf")
+                continue
+            first_no = next(sig for sig, ok in rows if not ok)
+            assert all(ok for sig, ok in rows if sig < first_no)
+            assert NOISE_LIMITS[fam][c] == max(sig for sig, ok in rows if sig < first_no)
+
+
+def test_noise_rule():
+    """A criterion read beyond its calibrated noise is NOT EVALUABLE (with the numbers), one
+    within it is kept, and one without a limit is left alone."""
+    dec = {"heldout_likelihood": NO, "linear_response": NO, "heldout": NO}
+    out, why = gate_by_noise(dec, "Tsallis", 0.08)
+    assert out == dict(dec, heldout_likelihood=NOT_EVALUABLE)
+    assert "0.08" in why["heldout_likelihood"] and "0.03" in why["heldout_likelihood"]
+    assert gate_by_noise(dec, "Tsallis", 0.02)[0] == dec
+    assert gate_by_noise(dec, "Tsallis", float("nan"))[0]["heldout_likelihood"] == NOT_EVALUABLE
+
+
+def test_control_rule():
+    """Controls hold when every positive control is YES and every negative control that
+    meets the preconditions is NO (at least one must); a negative control that fails a
+    precondition cannot tell and counts neither way."""
+    assert controls_hold([YES], [(NO, True), (NOT_EVALUABLE, False)])[0]
+    assert not controls_hold([YES, INCONCLUSIVE], [(NO, True)])[0]
+    assert not controls_hold([YES], [(NOT_EVALUABLE, False)])[0]
+    assert not controls_hold([YES], [(NO, True), (YES, True)])[0]
 
 
 def test_protocol_hash_is_canonical():
