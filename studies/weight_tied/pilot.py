@@ -118,11 +118,16 @@ def pilot(args, log=print) -> dict:
                            endpoint_distance_max=float(np.max(rep.path_distance)))
         if k == 16:
             fp["spectral_radius"] = rep.spectral_radius.tolist()
+            fp["linear_response"] = response_errors(m, rep)
         log(f"after {k}L loops: residual {fp[f'{k}L']['residual']:.2g}, end points from "
             f"random starts {fp[f'{k}L']['endpoint_distance']:.2g} apart (median; max "
             f"{fp[f'{k}L']['endpoint_distance_max']:.2g})"
             + (f"; spectral radius {np.array2string(rep.spectral_radius, precision=3)}"
                if k == 16 else ""))
+    errs = np.array([np.nan if e is None else e for e in fp["linear_response"]], float)
+    log(f"linear response at 16L (the protocol's statistic, one per problem and head; YES "
+        f"<= 0.2, NO >= 0.3): {np.array2string(errs, precision=3)}"
+        + (f", median {np.nanmedian(errs):.3g}" if np.any(np.isfinite(errs)) else ""))
     dc = depth_convergence(*depth_paths(fd, m, probe))
     ratio = dc.gap_L_2L / dc.gap_2L_4L
     log(f"depth ratio gap(L, 2L) / gap(2L, 4L) = {ratio:.3g}")
@@ -139,6 +144,26 @@ def pilot(args, log=print) -> dict:
                 accuracy_by_loop=by_loop.tolist(), chance=chance, mode_shortcut=shortcut,
                 fixed_point=fp, depth_ratio=ratio,
                 preconditions=dict(values=values, failed=failed, thresholds=PRECONDITIONS))
+
+
+def response_errors(model, rep) -> list:
+    """The `linear_response` statistic (the largest relative error of the predicted mode
+    rates) of every linearized problem and head of a `fixed_point_report`, None where it
+    is not evaluable (with the study's arguments: the family and T of the model)."""
+    from .evidence_response import linear_response
+
+    out = []
+    for k in range(rep.jacobian.shape[0]):
+        for h in range(model.n_heads):
+            try:
+                lr = linear_response(rep.jacobian[k], rep.attn[k, h], model.entropy, model.T,
+                                     step=model.dt, readout=rep.attn_jacobian[k, h],
+                                     scores=rep.scores[k, h])
+            except ValueError:  # e.g. a one-key fixed point: no tangent modes
+                lr = None
+            ok = lr is not None and lr.not_evaluable is None and np.isfinite(lr.max_error)
+            out.append(float(lr.max_error) if ok else None)
+    return out
 
 
 def design_of(args):
@@ -259,7 +284,19 @@ def replication(results: list[dict]) -> dict:
         endpoint_distance_greatest=spread_of(greatest),
         seeds_with_a_problem_beyond=sum(g > PRECONDITIONS["endpoint_distance_max"]
                                         for g in greatest),
+        linear_response=linear_response_spread(results),
     )
+
+
+def linear_response_spread(results: list[dict]) -> dict | None:
+    """The linear-response statistic over every seed's linearized problems and heads
+    (median, least, greatest), and how many were evaluable; None for results recorded
+    without it."""
+    if any("linear_response" not in r["fixed_point"] for r in results):
+        return None
+    errs = [e for r in results for e in r["fixed_point"]["linear_response"]]
+    finite = [e for e in errs if e is not None]
+    return dict(spread_of(finite) if finite else {}, evaluable=len(finite), total=len(errs))
 
 
 def log_replication(family: str, summary: dict, log) -> None:
@@ -272,6 +309,11 @@ def log_replication(family: str, summary: dict, log) -> None:
         f"{summary['seeds_with_a_problem_beyond']} seeds a problem's end points lie beyond "
         "the threshold); depth ratio "
         f"{summary['depth_ratio']['min']:.3g} to {summary['depth_ratio']['max']:.3g}")
+    lr = summary.get("linear_response")
+    if lr is not None and lr["evaluable"]:
+        log(f"  linear response (YES <= 0.2, NO >= 0.3) on {lr['evaluable']} of {lr['total']} "
+            f"linearized problems and heads: median {lr['median']:.3g} [{lr['min']:.3g}, "
+            f"{lr['max']:.3g}]")
     for seed, why in summary["failed"].items():
         log(f"{family}, seed {seed} fails: " + "; ".join(why))
 

@@ -665,7 +665,11 @@ def test_pilot_reports_the_preconditions_of_a_model(tmp_path, monkeypatch, capsy
     assert len(out["accuracy_by_loop"]) == 4 * 2 + 1 and out["chance"] == 0.25
     assert out["host"]["jax"] == jax.__version__ and out["host"]["backend"] == "cpu"
     assert out["carried"] is None  # a plain transformer carries no dynamics
-    assert "preconditions (protocol" in capsys.readouterr().out
+    # the linear-response statistic of each linearized problem and head (2 heads by default)
+    lr = out["fixed_point"]["linear_response"]
+    assert len(lr) == 1 * 2 and all(e is None or e >= 0 for e in lr)
+    printed = capsys.readouterr().out
+    assert "preconditions (protocol" in printed and "linear response at 16L" in printed
     assert (tmp_path / "p.json").exists()
 
 
