@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import textwrap
 import time
 
 import numpy as np
@@ -337,8 +338,10 @@ def replication_figure(plt, models: dict):
                P["endpoint_distance_max"], "log"),
               ("depth_ratio", "depth ratio gap(L,2L) / gap(2L,4L)", P["depth_ratio_min"],
                "linear"))
-    fig, axes = plt.subplots(1, 4, figsize=(16, 4))
     families = list(models)
+    # the linear-response statistic, where every result recorded it
+    response = all("linear_response" in r["fixed_point"] for f in families for r in models[f])
+    fig, axes = plt.subplots(1, 4 + response, figsize=(16 + 4 * response, 4.4))
     for ax, (name, label, threshold, scale) in zip(axes, panels):
         for i, fam in enumerate(families):
             seeds = [r["recipe"]["seed"] for r in models[fam]]
@@ -355,11 +358,25 @@ def replication_figure(plt, models: dict):
         every_seed = sorted({r["recipe"]["seed"] for fam in families for r in models[fam]})
         ax.set(title=label, xlabel="seed", yscale=scale, xticks=every_seed)
         ax.title.set_fontsize(9)
+    if response:
+        ax = axes[4]
+        for i, fam in enumerate(families):
+            for r in models[fam]:
+                errs = [e for e in r["fixed_point"]["linear_response"] if e is not None]
+                x = r["recipe"]["seed"] + (i - (len(families) - 1) / 2) * 0.15
+                ax.scatter(np.full(len(errs), x), errs, color=f"C{i}", marker="_", s=60)
+        ax.axhspan(0, 0.2, color="C2", alpha=0.12, label="YES (<= 0.2)")
+        ax.axhspan(0.3, max(1.0, ax.get_ylim()[1]), color="C3", alpha=0.08, label="NO (>= 0.3)")
+        ax.set(title="linear response at 16L, per problem and head",
+               xlabel="seed", xticks=sorted({r["recipe"]["seed"] for f in families
+                                             for r in models[f]}))
+        ax.title.set_fontsize(9)
+        ax.legend(fontsize=7)
     axes[0].legend(fontsize=8, title="filled: every precondition holds", title_fontsize=7)
     # headroom above the points on the log axis, so that the legend covers none of them
     axes[2].set_ylim(top=axes[2].get_ylim()[1] * 100)
     axes[2].legend(fontsize=7, loc="upper right")
-    fig.suptitle(design_title(next(iter(models.values()))[0]), fontsize=8)
+    fig.suptitle(textwrap.fill(design_title(next(iter(models.values()))[0]), 230), fontsize=8)
     fig.tight_layout()
     return fig
 
