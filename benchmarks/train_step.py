@@ -5,17 +5,18 @@
 
 For each family and loop kind, the study's design (`studies/weight_tied/study.py`: `MODEL`,
 `POSITIVE`, `LINEAR`, batch 64, fixed-point training over n in L..3L loops with the
-absolute residual penalty) compiles the step the study's training runs (a run of >= 400
-steps, so the full optimization level), at the longest scan (3L loops) and the shortest
-(the first of its four lengths). Then the models run `--steps` steps at a time, in turn,
-for `--rounds` rounds; prints the median wall and CPU milliseconds per step of each, the
-mean over the drawn loop counts (the lengths weighted as training draws them), and the
-load average before and after. A study model's training time is about this mean times
-10,000 steps (the curriculum's 6,000 and the design's 4,000). Run it pinned
-(`taskset -c 0`) to see one core.
+absolute residual penalty, `train_looped`'s default optimizer) compiles the step the
+study's training runs (a run of >= 400 steps, so the full optimization level) at each of
+its four scan lengths. Then every model runs `--steps` steps at each length, in turn, for
+`--rounds` rounds; prints the median wall and CPU milliseconds per step at the shortest
+and longest scan, the mean over the drawn loop counts (the lengths weighted as training
+draws them), and the load average before and after. A study model's training time is at
+most this mean times 10,000 steps (the curriculum's 6,000, on smaller problems, and the
+design's 4,000). Run it pinned (`taskset -c 0`) to see one core.
 """
 
 import argparse
+import inspect
 import pathlib
 import sys
 import time
@@ -47,15 +48,18 @@ def build(family, kind):
     cfg = LoopedConfig(entropy=e, **extra, **study.MODEL)
     L = cfg.n_loops
     lo, hi = L, study.DEQ_RANGE * L
-    first = min(int(np.floor(0.5 * L)), L)
-    hyper = (64, first, 3e-3, 1e-4, study.RECIPE["steps"])
+    default = {k: p.default for k, p in inspect.signature(tr.train_looped).parameters.items()}
+    first = min(int(np.floor(default["loss_from"] * L)), L)
+    hyper = (study.FULL["batch"], first, default["lr"], default["weight_decay"],
+             study.RECIPE["steps"])
     lengths = tr._loop_buckets(lo, hi)
     steps = {}
     with tr._numeric_mode(cfg):
         model = init_looped(cfg, jr.PRNGKey(0))
         for b in lengths:
-            optim, steps[b] = tr._training_step(cfg, *hyper, b, 0.5,
-                                                study.DEQ["residual_penalty"], True)
+            optim, steps[b] = tr._training_step(cfg, *hyper, b, default["loss_from"],
+                                                study.DEQ["residual_penalty"],
+                                                study.DEQ["residual"] == "absolute")
         state = optim.init(eqx.filter(model, eqx.is_inexact_array))
     counts = tr._loop_counts(jr.PRNGKey(1), 10_000, lo, hi)
     weight = {b: 0 for b in lengths}

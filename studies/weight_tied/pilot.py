@@ -149,22 +149,12 @@ def pilot(args, log=print) -> dict:
 
 def response_errors(model, rep) -> list:
     """The `linear_response` statistic (the largest relative error of the predicted mode
-    rates) of every linearized problem and head of a `fixed_point_report`, None where it
-    is not evaluable (with the study's arguments: the family and T of the model)."""
-    from .evidence_response import linear_response
+    rates) of every linearized problem and head of a `fixed_point_report`, as the study
+    computes it (`study.linear_responses`); None where it is not evaluable."""
+    from .study import linear_responses
 
-    out = []
-    for k in range(rep.jacobian.shape[0]):
-        for h in range(model.n_heads):
-            try:
-                lr = linear_response(rep.jacobian[k], rep.attn[k, h], model.entropy, model.T,
-                                     step=model.dt, readout=rep.attn_jacobian[k, h],
-                                     scores=rep.scores[k, h])
-            except ValueError:  # e.g. a one-key fixed point: no tangent modes
-                lr = None
-            ok = lr is not None and lr.not_evaluable is None and np.isfinite(lr.max_error)
-            out.append(float(lr.max_error) if ok else None)
-    return out
+    return [float(lr.max_error) if lr is not None and lr.not_evaluable is None
+            and np.isfinite(lr.max_error) else None for lr in linear_responses(model, rep)]
 
 
 def design_of(args):

@@ -278,6 +278,14 @@ def response(fd, model, tokens, S):
     `LinearResponse`, and the fixed-point diagnostics."""
     rep = fixed_point_report(model, tokens[:S["n_jacobian"]], S["fp_loops"],
                                 n_jacobian=S["n_jacobian"])
+    log = lambda err: print(f"[{NAME}]   linear response skipped: {err}")  # noqa: E731
+    return linear_responses(model, rep, log), rep
+
+
+def linear_responses(model, rep, log=None):
+    """`linear_response` of every linearized problem and head of a `fixed_point_report`
+    `rep`, with the model's family and T, as a list (problem-major); None where it cannot
+    be formed (e.g. a one-key fixed point has no tangent modes; `log` gets the reason)."""
     out = []
     for k in range(rep.jacobian.shape[0]):
         for h in range(model.n_heads):
@@ -285,11 +293,12 @@ def response(fd, model, tokens, S):
                 lr = linear_response(rep.jacobian[k], rep.attn[k, h], model.entropy,
                                         model.T, step=model.dt, readout=rep.attn_jacobian[k, h],
                                         scores=rep.scores[k, h])
-            except ValueError as err:  # e.g. a one-key fixed point: no tangent modes
-                print(f"[{NAME}]   linear response skipped: {err}")
+            except ValueError as err:
+                if log is not None:
+                    log(err)
                 lr = None
             out.append(lr)
-    return out, rep
+    return out
 
 
 def measure(fd, S, g, model, batch, seed):
