@@ -1,5 +1,7 @@
 """`python studies/weight_tied [--quick] [--out DIR] [--workers N]`: run the weight-tied study;
 `python studies/weight_tied calibrate [--quick] [--out DIR]`: calibrate its criteria;
+`python studies/weight_tied calibrate-feedback [--quick] [--out DIR]`: calibrate
+linear_response on loops whose scores respond to the attention;
 `python studies/weight_tied pilot [options]`: train one model and print its preconditions."""
 
 import sys
@@ -14,6 +16,10 @@ sys.path.insert(0, str(_HERE.parent))
 
 if sys.argv[1:2] == ["calibrate"]:
     from weight_tied.calibration import main  # noqa: E402
+
+    main(sys.argv[2:])
+elif sys.argv[1:2] == ["calibrate-feedback"]:
+    from weight_tied.calibration_feedback import main  # noqa: E402
 
     main(sys.argv[2:])
 elif sys.argv[1:2] == ["pilot"]:

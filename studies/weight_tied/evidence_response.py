@@ -9,6 +9,17 @@ share the decay rate $\\gamma/2m$, and $(m, \\gamma)$ fitted on the slowest mode
 other mode's rates and damping regime. `linear_response` maps the eigenvectors into the
 attention's tangent space, fits $(m, \\gamma)$ on the slowest mode, and compares the
 remaining rates with the prediction.
+
+Scores that respond to the attention (a looped model's scores are computed from a state the
+attention feeds) change the stiffnesses. With a score response
+$C = \\partial z/\\partial\\rho$ at the fixed point the force changes by
+$\\delta g = (T\\,\\mathrm{diag}\\,G' - C)\\,\\delta\\rho$, so the tangent modes obey
+$m s^2 + \\gamma s + \\omega_k^2 = 0$ with $\\omega_k^2$ the eigenvalues of
+$P X (T\\,\\mathrm{diag}\\,G'(\\rho^*) - C) X P$ ($X = \\mathrm{diag}\\sqrt{\\rho^*}$, $P$ the
+sphere's tangent projector). A symmetric $C$ (scores that are the gradient of an interaction
+energy, $z = z^* + C(\\rho - \\rho^*)$) keeps the dynamics a damped Fisher-Lagrangian one
+with energy $F - \\tfrac12\\delta\\rho^\\top C\\,\\delta\\rho$, and `feedback=C` predicts its
+rates.
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from jaxtyping import ArrayLike, Float
 
 from fisherdyn import REGIMES, AbstractEntropy, relaxation_spectrum
 
-__all__ = ["LinearResponse", "linear_response"]
+__all__ = ["LinearResponse", "feedback_stiffness", "linear_response"]
 
 
 class LinearResponse(eqx.Module):
@@ -78,6 +89,29 @@ def _eigenspace_projectors(omega2, modes, rtol):
     return out
 
 
+def feedback_stiffness(entropy, rho, T, C):
+    """Stiffnesses (ascending) and sphere-chart mode shapes `(N, N-1)` of the tangent modes
+    at a full-support `rho` whose scores respond by the symmetric `C` (module docstring)."""
+    x = np.sqrt(rho)
+    gp = np.asarray(entropy.G_prime(jnp.asarray(rho)), np.float64)
+    K = x[:, None] * (T * np.diag(gp) - C) * x[None, :]
+    # an orthonormal basis of the sphere's tangent space at x
+    Q = np.linalg.svd(np.eye(len(x)) - np.outer(x, x))[0][:, :len(x) - 1]
+    w, V = np.linalg.eigh(Q.T @ K @ Q)
+    return w, Q @ V
+
+
+def _roots(omega2, m, gamma):
+    """The roots of $m s^2 + \\gamma s + \\omega^2 = 0$ per stiffness (slower first; one root
+    when $m = 0$), and whether each mode is under-damped."""
+    w = np.asarray(omega2, np.float64)
+    if m == 0:
+        return (-w / gamma)[:, None].astype(complex), np.zeros(len(w), bool)
+    disc = np.sqrt((gamma * gamma - 4 * m * w).astype(complex))
+    roots = np.stack([(-gamma + disc) / (2 * m), (-gamma - disc) / (2 * m)], 1)
+    return roots, gamma * gamma < 4 * m * w
+
+
 def linear_response(
     jacobian: Float[ArrayLike, "D D"],
     rho_star: Float[ArrayLike, " N"],
@@ -88,6 +122,7 @@ def linear_response(
     readout: Float[ArrayLike, "N D"] | None = None,
     scores: Float[ArrayLike, " N"] | None = None,
     first_order: bool | None = None,
+    feedback: Float[ArrayLike, "N N"] | None = None,
     attention_tol: float = 1e-3,
     min_eigenvalue: float = 1e-6,
     degenerate_rtol: float = 1e-6,
@@ -115,6 +150,10 @@ def linear_response(
     - `first_order`: force $m = 0$ (True) or an inertial fit (False); default: inertial if
       the slowest mode shows both roots (a complex pair or a second real root in its
       eigenspace), else first order.
+    - `feedback`: the scores' response to the attention at the fixed point,
+      $C = \\partial z/\\partial\\rho$ `(N, N)`, symmetric; the prediction's stiffnesses are
+      then those of the interaction energy above (module docstring). Default: scores that
+      do not respond (the plain Fisher spectrum).
     - `attention_tol`: eigenvectors whose tangent attention component is below this
       fraction of the largest one are left out (modes of the rest of the state). The fast
       root of an overdamped mode can be among them (its eigenvector is mostly velocity, or
@@ -144,9 +183,23 @@ def linear_response(
     R = R[active]
     z = (T * np.asarray(entropy.G(rho)) if scores is None
          else np.asarray(scores, np.float64)[active])
-    sp = relaxation_spectrum(entropy, jnp.asarray(z), T, mass=1.0, damping=1.0,
-                             rho=jnp.asarray(rho))
-    omega2, modes = np.asarray(sp.omega2), np.asarray(sp.modes)
+    if feedback is not None:
+        C = np.asarray(feedback, np.float64)
+        if C.shape != (N, N):
+            raise ValueError(f"feedback must be (N, N) = ({N}, {N}); got {C.shape}")
+        if not np.all(np.isfinite(C)):
+            raise ValueError("feedback has non-finite entries")
+        if np.max(np.abs(C - C.T), initial=0.0) > 1e-8 * max(np.max(np.abs(C)), 1e-300):
+            raise ValueError("feedback must be symmetric (the response of scores that are "
+                             "the gradient of an interaction energy)")
+    # C = 0 is the plain spectrum (the same numbers, so the two forms agree there exactly)
+    plain = feedback is None or not np.any(C != 0)
+    if plain:
+        sp = relaxation_spectrum(entropy, jnp.asarray(z), T, mass=1.0, damping=1.0,
+                                 rho=jnp.asarray(rho))
+        omega2, modes = np.asarray(sp.omega2), np.asarray(sp.modes)
+    else:
+        omega2, modes = feedback_stiffness(entropy, rho, T, C[np.ix_(active, active)])
     proj = _eigenspace_projectors(omega2, modes, degenerate_rtol)
 
     lam_all, V = np.linalg.eig(J)
@@ -209,10 +262,13 @@ def linear_response(
         m = float(w0 / (s0.real * s1))
         gamma = float(-(s0.real + s1) * m)
 
-    pred = relaxation_spectrum(entropy, jnp.asarray(z), T, mass=m, damping=gamma,
-                               rho=jnp.asarray(rho))
-    roots = np.asarray(pred.rates)[:, :1 if m == 0 else 2]  # (N-1, 1 or 2)
-    underdamped = np.asarray(pred.regime == REGIMES.underdamped)
+    if plain:
+        pred = relaxation_spectrum(entropy, jnp.asarray(z), T, mass=m, damping=gamma,
+                                   rho=jnp.asarray(rho))
+        roots = np.asarray(pred.rates)[:, :1 if m == 0 else 2]  # (N-1, 1 or 2)
+        underdamped = np.asarray(pred.regime == REGIMES.underdamped)
+    else:
+        roots, underdamped = _roots(omega2, m, gamma)
     p_rate = roots.ravel()
     p_mode = np.repeat(np.arange(len(omega2)), roots.shape[1])
     if fast_hidden:
