@@ -299,8 +299,8 @@ def field_costs(quick):
                 return coords.vector_field(None, y, fd.FisherSystem(entropy, z, T, MASS, DAMPING))
             return jax.vmap(one)(y, Z)
 
-        # (the entropy's parameters are traced, as in relax)
-        out["field"][name] = 2 * per_element_ns(field, y, entropy, Z)
+        # (the entropy's parameters are traced, as in relax, after `for_tracing`)
+        out["field"][name] = 2 * per_element_ns(field, y, entropy.for_tracing(), Z)
     print(f"  one field evaluation, block of {FIELD_BLOCK} x {n} keys, CPU ns per key: "
           + ", ".join(f"{k} {v:.1f}" for k, v in out["field"].items()))
     print("  elementary operations, CPU ns per element: "

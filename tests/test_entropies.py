@@ -108,6 +108,42 @@ def test_separable_law_methods(spec):
     assert np.all(np.abs(back / x - 1) <= rtol)
 
 
+def test_kaniadakis_law_both_forms():
+    # Reference: G = ((1+k) x^k - (1-k) x^-k)/(2k) and G' = ((1+k) x^k + (1-k) x^-k)/(2x) in
+    # mpmath, from the deep tail to x = 1 and around G's zero. A concrete |kappa| >= 0.2 takes
+    # the one-exp form (absolute error about eps/k), a traced or smaller kappa the expm1 form;
+    # tolerance eps (16 + 2 |k ln x|) max(1, |G|) for G (a factor 3 above eps/k at k = 0.2,
+    # plus the condition number |k ln x| of x^k in the deep tail), the same relative tolerance
+    # for G' (a sum of two positive terms).
+    eps = np.finfo(float).eps
+    x = np.r_[np.geomspace(1e-300, 1.0, 61), np.exp(-np.linspace(0.5, 1.5, 11)),
+              1 - np.geomspace(1e-12, 1e-2, 5)]
+    for kappa in (0.2, 0.3, 0.7, 0.95, 0.05):
+        ref = RefFamily(("kaniadakis", kappa))
+        with mp.workdps(DPS):
+            G_ref = np.array([float(ref.G(mp.mpf(v))) for v in x])
+            k = mp.mpf(kappa)
+            Gp_ref = np.array([float(((1 + k) * mp.mpf(v) ** k + (1 - k) * mp.mpf(v) ** -k)
+                                     / (2 * mp.mpf(v))) for v in x])
+        e = fd.Kaniadakis(kappa)
+        traced = jax.jit(lambda kap, v: fd.Kaniadakis(kap).G(v))(jnp.asarray(kappa),
+                                                                   jnp.asarray(x))
+        # as relax traces it: the form chosen from the concrete kappa, kappa then an array
+        prepared = jax.tree_util.tree_map(jnp.asarray, e.for_tracing())
+        assert prepared.one_exp == (kappa >= 0.2)
+        as_relax = jax.jit(lambda ent, v: ent.G(v))(prepared, jnp.asarray(x))
+        for G in (np.asarray(e.G(jnp.asarray(x))), np.asarray(traced), np.asarray(as_relax)):
+            err = np.abs(G - G_ref) / np.maximum(1.0, np.abs(G_ref))
+            record("Kaniadakis |G - G_ref| / (eps max(1, |G|))", np.max(err) / eps)
+            tol = eps * (16 + 2 * kappa * np.abs(np.log(x)))
+            assert np.all(err <= tol), (kappa, np.max(err / tol))
+        Gp = np.asarray(e.G_prime(jnp.asarray(x)))
+        fin = np.isfinite(Gp_ref)  # G' overflows below x ~ 1e-300 / (1 - k)
+        assert np.all(Gp[~fin] == np.inf)
+        rel = np.abs(Gp[fin] / Gp_ref[fin] - 1)
+        assert np.all(rel <= eps * (16 + 2 * kappa * np.abs(np.log(x[fin])))), kappa
+
+
 def test_abe_G_inverse_deep_tail():
     # Reference: the round trip G_inverse(G(x)) = x (tolerance 1e-12 relative) deep in the tail.
     for q in (3.0, 0.5, 1.5):

@@ -37,6 +37,7 @@ __all__ = [
 
 def arrayify_entropy(entropy: AbstractEntropy, dtype) -> AbstractEntropy:
     """Python-number parameters become arrays, so they are traced (no recompiles)."""
+    entropy = entropy.for_tracing()
     return jtu.tree_map(
         lambda leaf: jnp.asarray(leaf, dtype) if isinstance(leaf, (int, float)) else leaf,
         entropy,

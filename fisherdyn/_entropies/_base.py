@@ -90,6 +90,13 @@ class AbstractEntropy(eqx.Module):
                 raise ValueError(f"entropy name {name!r} is taken by {other.__qualname__}")
             _REGISTRY[key] = cls
 
+    def for_tracing(self) -> AbstractEntropy:
+        """This entropy before its parameters become traced arrays (as `relax` and
+        `relaxation_spectrum` make them, so that new values do not recompile): a family may
+        record, as static fields, what its concrete parameters say about which formulas are
+        accurate. The default records nothing."""
+        return self
+
     def tail_reference(self, T: float) -> tuple[float | None, str]:
         """The known far-tail law of the stationary map, as (value, formula): the exponent
         of an algebraic tail $\\rho \\sim |z|^{p}$, or the rate $d\\ln\\rho/dz$ of an
