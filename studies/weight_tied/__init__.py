@@ -17,7 +17,8 @@ A study, not part of the library: it calls fisherdyn's public API only. Run it w
 - `paths.py`: `extract_paths`, `LoopedPaths`, `evaluate_looped`: the attention, loop by loop.
 - `fixed_point.py`: `fixed_point_report`, `loop_jacobian`: residuals and the linearized loop.
 - `evidence_paths.py` (depth convergence, mobility), `evidence_response.py` (linear
-  response), `evidence_heldout.py` (held-out prediction, by rms and by likelihood): the
+  response), `evidence_held_response.py` (the held-score Fisher map fitted to a loop map
+  whose scores respond to the attention), `evidence_heldout.py` (held-out prediction, by rms and by likelihood): the
   path criteria;
   `evidence_shape.py` (`isotropy`, `support_revival`): tests of the paths' shape.
 - `verdict.py`: `bootstrap_ci`, `holm`, the first four `CRITERIA` and `verdict`.
@@ -26,7 +27,9 @@ A study, not part of the library: it calls fisherdyn's public API only. Run it w
   `dose_response`, `controls_hold`), its version and hash, and every earlier version
   (`PROTOCOLS`);
   `calibration.py`: the criteria run on synthetic paths of graded truth
-  (`python studies/weight_tied calibrate [--quick]`).
+  (`python studies/weight_tied calibrate [--quick]`); `calibration_feedback.py`: linear
+  response's forms on loops whose scores respond to the attention
+  (`python studies/weight_tied calibrate-feedback [--quick]`).
 - `study.py`: the study's groups, measurements and report, and what the heads follow
   (`--follow`); `figures.py`: its two figures; `pilot.py`: one model against the
   preconditions (`python studies/weight_tied pilot`).
@@ -52,6 +55,11 @@ from .evidence_shape import (
     SupportRevival as SupportRevival,
     isotropy as isotropy,
     support_revival as support_revival,
+)
+from .evidence_held_response import (
+    HeldScoreResponse as HeldScoreResponse,
+    held_score_map as held_score_map,
+    held_score_response as held_score_response,
 )
 from .evidence_response import (
     LinearResponse as LinearResponse,

@@ -23,9 +23,12 @@ from the attention at its start (as a looped model computes them):
   Shannon's rate $k = T/\\gamma$, attention $\\mathrm{stationary}(z)$:
   $\\delta z' = e^{-kh}\\delta z + (1 - e^{-kh})\\,C S\\,\\delta z$.
 
-Each loop's map is read by three forms of the criterion: `plain` (no feedback: what protocol
+Each loop's map is read by five forms of the criterion: `plain` (no feedback: what protocol
 1.1 calibrated and the study applies), `feedback` (given the true $C$) and `feedback_err`
-(given $C$ with an error of relative size `c_error` in the same units, a measured $C$). The
+(given $C$ with an error of relative size `c_error` in the same units, a measured $C$), and
+`held` / `held_err`: `held_score_response` (evidence_held_response.py), which fits the
+held-score Fisher map itself, rates and attention mode shapes, with the true or the
+erroneous $C$. The
 decision per replicate is the protocol's: a bootstrap interval of the mean `max_error` over
 the units at the criteria's level, YES if its upper end is at most 0.2. A criterion form
 tells at strength $\\epsilon$ when it says YES on the Fisher loop and NO on the linear loop in
@@ -46,13 +49,14 @@ import numpy as np
 
 from .calibration import DYNAMICS, FAMILIES, decide, draw_problems, fisher_step_jacobian
 from .calibration import make_entropy
+from .evidence_held_response import held_score_response
 from .evidence_response import linear_response
 from .protocol import ADMISSIBLE_FRACTION, NOT_EVALUABLE
 from .verdict import CRITERION_LEVEL, NO, YES
 
 NAME = "weight_tied_feedback_calibration"
 STRENGTHS = (0.0, 0.1, 0.3, 0.6)
-FORMS = ("plain", "feedback", "feedback_err")
+FORMS = ("plain", "feedback", "feedback_err", "held", "held_err")
 LOOPS = ("fisher", "linear")
 FULL = dict(replicates=8, units=4, strengths=STRENGTHS, c_error=0.1, n_boot=1000,
             families=FAMILIES)
@@ -121,14 +125,22 @@ def replicate(fd, fam, rep, S, log):
         W, W_err = symmetric_unit(rng, k), symmetric_unit(rng, k)
         for s in S["strengths"]:
             C = feedback_matrix(e, rs, s, W)
-            given = {"plain": None, "feedback": C,
-                     "feedback_err": C + feedback_matrix(e, rs, S["c_error"], W_err)}
+            C_err = C + feedback_matrix(e, rs, S["c_error"], W_err)
+            given = {"plain": None, "feedback": C, "feedback_err": C_err, "held": C,
+                     "held_err": C_err}
+            h = DYNAMICS["step"] / DYNAMICS["L"]
             for lp, (J, R) in loop_maps(fd, e, z[u], JF, Jz, Q, rs, C).items():
                 for form, Cg in given.items():
                     try:
-                        err = linear_response(J, rs, e, DYNAMICS["T"], step=DYNAMICS["step"]
-                                              / DYNAMICS["L"], readout=R, scores=z[u],
-                                              feedback=Cg).max_error
+                        if form.startswith("held"):
+                            r = held_score_response(J, rs, e, DYNAMICS["T"], step=h,
+                                                    readout=R, feedback=Cg)
+                            if r.not_evaluable:
+                                why.append(r.not_evaluable)
+                        else:
+                            r = linear_response(J, rs, e, DYNAMICS["T"], step=h, readout=R,
+                                                scores=z[u], feedback=Cg)
+                        err = r.max_error
                     except ValueError as exc:
                         err = np.nan
                         why.append(str(exc))
@@ -190,7 +202,9 @@ def figure(plt, data):
                              sharey=True)
     style = {"plain": ("C3", "o", "plain (scores fixed)"),
              "feedback": ("C0", "s", "feedback-aware, true C"),
-             "feedback_err": ("C2", "^", "feedback-aware, C with error")}
+             "feedback_err": ("C2", "^", "feedback-aware, C with error"),
+             "held": ("C1", "D", "held-score map, true C"),
+             "held_err": ("C4", "v", "held-score map, C with error")}
     for j, fam in enumerate(fams):
         for i, (lp, key, what) in enumerate((("fisher", "yes", "P(YES), Fisher loop"),
                                              ("linear", "no", "P(NO), linear loop"))):
@@ -225,6 +239,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="2 replicates, Kaniadakis, strengths "
                    "0 and 0.3: for the tests")
     p.add_argument("--out", type=Path, default=Path("figures"))
+    p.add_argument("--c-error", type=float, default=None,
+                   help="size of the error in the given C of the *_err forms (default 0.1)")
     args = p.parse_args(argv)
     import jax
 
@@ -235,6 +251,10 @@ def main(argv=None):
     import matplotlib.pyplot as plt
 
     S = dict(QUICK if args.quick else FULL)
+    if args.c_error is not None:
+        if not args.c_error >= 0:
+            p.error("--c-error must be >= 0")
+        S["c_error"] = args.c_error
     t0 = time.perf_counter()
     data = calibrate(S, log=lambda s: print(f"[{NAME}] {s}", flush=True))
     data["quick"] = bool(args.quick)

@@ -417,6 +417,93 @@ def test_feedback_aware_prediction_of_the_held_score_loop():
     assert fb.max_error < 0.05 and plain.max_error > 0.1
 
 
+def _held_setup(strength=0.3, seed=3):
+    e = cal.make_entropy(fd, "kaniadakis")
+    z, _ = cal.draw_problems(0, 1)
+    JF, Q, rs = cal.fisher_step_jacobian(fd, e, z[0])
+    Jz = fcal.score_step_jacobian(fd, e, z[0], Q, rs)
+    W = fcal.symmetric_unit(np.random.default_rng(seed), int(np.sum(rs > 1e-12)))
+    C = fcal.feedback_matrix(e, rs, strength, W)
+    return e, z[0], JF, Jz, Q, rs, C
+
+
+def test_held_score_map_against_simulate():
+    """The closed-form held-score map (one matrix exponential) against simulate's step
+    derivatives by central differences (calibration.fisher_step_jacobian and
+    score_step_jacobian, eps 1e-5, rtol 1e-12): J_F at C = 0 and J_F + J_z C Q at strength
+    0.3, Kaniadakis(0.3) on six keys; tolerance 1e-6 (3.8e-8 measured, the differences'
+    error), against entries of order 1."""
+    from weight_tied.evidence_held_response import held_score_map
+
+    e, z, JF, Jz, Q, rs, C = _held_setup()
+    D = cal.DYNAMICS
+    h = D["step"] / D["L"]
+    kw = dict(mass=D["mass"], damping=D["damping"], step=h, basis=Q)
+    n = Q.shape[1]
+    ref = JF.copy()
+    ref[:, :n] += Jz @ C @ Q
+    np.testing.assert_allclose(held_score_map(e, rs, D["T"], **kw), JF, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(held_score_map(e, rs, D["T"], feedback=C, **kw), ref, atol=1e-6,
+                               rtol=0)
+
+
+def test_held_score_map_shannon_closed_form():
+    """Shannon without feedback: every tangent mode has stiffness T, so the map's eigenvalues
+    are exp(s h) for the two roots of m s^2 + gamma s + T = 0, each n-fold (tolerance 1e-12)."""
+    from weight_tied.evidence_held_response import held_score_map
+
+    rho = np.array([0.4, 0.3, 0.2, 0.1])
+    for m, g, T, h in ((0.02, 1.0, 1.0, 0.25), (1.0, 0.5, 2.0, 0.3)):
+        J = held_score_map(fd.Shannon(), rho, T, mass=m, damping=g, step=h)
+        roots = np.roots([m, g, T])
+        want = np.repeat(np.exp(roots * h), 3)
+        got = np.linalg.eigvals(J)
+
+        def order(v):  # rounded keys: conjugates whose real parts differ by round-off
+            return v[np.lexsort((np.round(v.imag, 9), np.round(v.real, 9)))]
+
+        np.testing.assert_allclose(order(got), order(want), atol=1e-12)
+
+
+def test_held_score_response_reads_the_fisher_and_linear_loops():
+    """held_score_response on the maps of calibration_feedback (Kaniadakis(0.3), strength
+    0.3): the Fisher loop with the true C gives back m = 0.02 and gamma = 1 (to 1e-4) with
+    every rate and mode shape matched (max error < 1e-4; 2.7e-7 measured); without C it is
+    off by more than 0.2 (0.96 measured), and the linear loop with the true C is off by more
+    than 0.2 in its mode shapes (0.97 measured): NO."""
+    from weight_tied.evidence_held_response import held_score_response
+
+    e, z, JF, Jz, Q, rs, C = _held_setup()
+    h = cal.DYNAMICS["step"] / cal.DYNAMICS["L"]
+    maps = fcal.loop_maps(fd, e, z, JF, Jz, Q, rs, C)
+    J, R = maps["fisher"]
+    r = held_score_response(J, rs, e, 1.0, step=h, readout=R, feedback=C)
+    assert r.not_evaluable is None and r.max_error < 1e-4
+    np.testing.assert_allclose([r.mass, r.damping], [0.02, 1.0], rtol=1e-4)
+    assert held_score_response(J, rs, e, 1.0, step=h, readout=R).max_error > 0.2
+    J, R = maps["linear"]
+    assert held_score_response(J, rs, e, 1.0, step=h, readout=R, feedback=C).max_error > 0.2
+
+
+def test_held_score_response_not_evaluable_and_inputs():
+    """A map with an eigenvalue of modulus >= 1, or fewer than three attention modes, is not
+    evaluable (NaN statistic, a reason); bad shapes and non-finite input are refused."""
+    from weight_tied.evidence_held_response import held_score_response
+
+    rho = np.array([0.4, 0.3, 0.2, 0.1])
+    e = fd.Shannon()
+    r = held_score_response(np.diag([1.01, 0.5, 0.4, 0.3]), rho, e, 1.0, step=0.25)
+    assert np.isnan(r.max_error) and "modulus" in r.not_evaluable
+    r = held_score_response(np.diag([0.5, 0.4, 0.0, 0.0]), rho, e, 1.0, step=0.25)
+    assert np.isnan(r.max_error) and "fewer than three" in r.not_evaluable
+    with pytest.raises(ValueError, match="square"):
+        held_score_response(np.eye(3), rho, e, 1.0, step=0.25)
+    with pytest.raises(ValueError, match="finite"):
+        held_score_response(np.full((4, 4), np.nan), rho, e, 1.0, step=0.25)
+    with pytest.raises(ValueError, match="feedback"):
+        held_score_response(0.5 * np.eye(4), rho, e, 1.0, step=0.25, feedback=np.eye(3))
+
+
 def test_quick_feedback_calibration():
     """Quick feedback calibration (Kaniadakis(0.3), 2 replicates, strengths 0 and 0.3): at
     strength 0 the plain and feedback-aware forms are the same numbers and say YES on the
@@ -432,6 +519,11 @@ def test_quick_feedback_calibration():
     assert P["feedback"]["fisher"]["0.3"]["yes"] == 1.0
     assert P["feedback"]["fisher"]["0.3"]["median_error"] < 0.2 < \
         P["plain"]["fisher"]["0.3"]["median_error"]
+    # the held-score form tells at both strengths; with C off by 0.1 it says NO on the
+    # Fisher loop (its mode shapes move with C)
+    for st in ("0.0", "0.3"):
+        assert P["held"]["fisher"][st]["yes"] == 1.0 and P["held"]["linear"][st]["no"] == 1.0
+        assert data["tells"]["Kaniadakis"]["held"][st]
     for form in P.values():
         for loop in form.values():
             for r in loop.values():
