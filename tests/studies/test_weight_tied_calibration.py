@@ -519,8 +519,7 @@ def test_quick_feedback_calibration():
     assert P["feedback"]["fisher"]["0.3"]["yes"] == 1.0
     assert P["feedback"]["fisher"]["0.3"]["median_error"] < 0.2 < \
         P["plain"]["fisher"]["0.3"]["median_error"]
-    # the held-score form tells at both strengths; with C off by 0.1 it says NO on the
-    # Fisher loop (its mode shapes move with C)
+    # the held-score form, given the true C, tells at both strengths
     for st in ("0.0", "0.3"):
         assert P["held"]["fisher"][st]["yes"] == 1.0 and P["held"]["linear"][st]["no"] == 1.0
         assert data["tells"]["Kaniadakis"]["held"][st]
