@@ -277,7 +277,7 @@ _COLORS = {
 
 def label(entropy) -> str:
     """`Kaniadakis(0.3)`-style name of an entropy instance."""
-    params = [f"{float(np.asarray(v)):g}" for v in vars(entropy).values()]
+    params = [f"{float(np.asarray(v)):g}" for v in entropy.parameters.values()]
     return type(entropy).__name__ + (f"({', '.join(params)})" if params else "")
 
 

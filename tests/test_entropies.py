@@ -108,6 +108,20 @@ def test_separable_law_methods(spec):
     assert np.all(np.abs(back / x - 1) <= rtol)
 
 
+def test_parameters_are_the_constructor_arguments():
+    """`parameters` lists what the family was built from and nothing `for_tracing` records:
+    labels, saved options and fits read it (a static field once leaked into every label)."""
+    from fisherdyn._entropies._parse import default_entropies, entropy_label
+
+    for e in default_entropies(examples=True):
+        params = e.parameters
+        assert type(e)(*params.values()) == e
+        assert e.for_tracing().parameters == params
+        assert entropy_label(e.for_tracing()) == entropy_label(e)
+    assert fd.Kaniadakis(0.3).for_tracing().parameters == {"kappa": 0.3}
+    assert fd.SharmaMittal(2.0, 1.5).parameters == {"q": 2.0, "r": 1.5}
+
+
 def test_kaniadakis_law_both_forms():
     # Reference: G = ((1+k) x^k - (1-k) x^-k)/(2k) and G' = ((1+k) x^k + (1-k) x^-k)/(2x) in
     # mpmath, from the deep tail to x = 1 and around G's zero. A concrete |kappa| >= 0.2 takes

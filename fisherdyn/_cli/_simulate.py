@@ -153,7 +153,7 @@ def _report_program(args, z, rho0):
     overdamped = args.mass == 0
     static = dict(
         entropy=type(entropy).__name__,
-        params={k: float(np.asarray(v)) for k, v in vars(entropy).items()},
+        params={k: float(np.asarray(v)) for k, v in entropy.parameters.items()},
         overdamped=overdamped,
         rho0=rho0 is not None,
         t1=args.t1,

@@ -13,6 +13,7 @@ they are differentiable and vmappable; validation happens only when the value is
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -89,6 +90,16 @@ class AbstractEntropy(eqx.Module):
             if other is not None and other.__qualname__ != cls.__qualname__:
                 raise ValueError(f"entropy name {name!r} is taken by {other.__qualname__}")
             _REGISTRY[key] = cls
+
+    @property
+    def parameters(self) -> dict[str, ArrayLike]:
+        """The family's parameters by field name, in declaration order (`{"kappa": 0.3}`);
+        static fields that `for_tracing` records are not parameters."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if not f.metadata.get("static", False)
+        }
 
     def for_tracing(self) -> AbstractEntropy:
         """This entropy before its parameters become traced arrays (as `relax` and

@@ -25,7 +25,7 @@ def default_entropies(*, examples: bool = False) -> list[AbstractEntropy]:
 
 def entropy_label(entropy: AbstractEntropy) -> str:
     """`Kaniadakis kappa=0.3`: the class name and each parameter by its field name."""
-    params = [f"{name}={float(np.asarray(v)):g}" for name, v in vars(entropy).items()]
+    params = [f"{name}={float(np.asarray(v)):g}" for name, v in entropy.parameters.items()]
     return " ".join([type(entropy).__name__, *params])
 
 

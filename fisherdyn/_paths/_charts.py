@@ -58,7 +58,7 @@ def family_of(entropy: AbstractEntropy, argument: str = "entropy") -> tuple[int,
                         f"(the family and its starting shape), got {what}")
     for i, f in enumerate(FAMILIES):
         if type(entropy) is f.cls:
-            leaves = [float(np.asarray(v)) for v in vars(entropy).values()]
+            leaves = [float(np.asarray(v)) for v in entropy.parameters.values()]
             return i, (leaves[0] if leaves else None)
     raise ValueError(f"cannot fit family {type(entropy).__name__}; choose one of {fit_families}")
 
