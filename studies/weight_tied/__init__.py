@@ -18,8 +18,8 @@ A study, not part of the library: it calls fisherdyn's public API only. Run it w
 - `fixed_point.py`: `fixed_point_report`, `loop_jacobian`: residuals and the linearized loop.
 - `evidence_paths.py` (depth convergence, mobility), `evidence_response.py` (linear
   response), `evidence_held_response.py` (the held-score Fisher map fitted to a loop map
-  whose scores respond to the attention), `evidence_heldout.py` (held-out prediction, by rms and by likelihood): the
-  path criteria;
+  whose scores respond to the attention), `evidence_heldout.py` (held-out prediction, by
+  rms and by likelihood): the path criteria;
   `evidence_shape.py` (`isotropy`, `support_revival`): tests of the paths' shape.
 - `verdict.py`: `bootstrap_ci`, `holm`, the first four `CRITERIA` and `verdict`.
 - `protocol.py`: `PROTOCOL` (criteria, preconditions, admissible criteria per family,

@@ -34,6 +34,7 @@ import time
 
 import numpy as np
 
+from .evidence_held_response import support_basis
 from .evidence_heldout import heldout_prediction
 from .evidence_paths import depth_convergence, mobility_regression
 from .evidence_response import linear_response
@@ -121,13 +122,8 @@ def fisher_step_jacobian(fd, e, z, eps=1e-5):
     D = DYNAMICS
     h = D["step"] / D["L"]
     rs = np.asarray(fd.stationary(e, z, D["T"]))
-    act = rs > 1e-12
-    n = int(act.sum()) - 1
-    m = act.sum()
-    # orthonormal sum-zero basis of the support (Helmert)
-    H = np.linalg.qr(np.concatenate([np.ones((m, 1)), np.eye(m)[:, :-1]], 1))[0][:, 1:]
-    Q = np.zeros((len(z), n))
-    Q[act] = H
+    Q = support_basis(rs)
+    n = Q.shape[1]
     dirs = np.concatenate([np.eye(2 * n), -np.eye(2 * n)]) * eps
     # padded to the batch of a full support, so that one compiled solve serves every support
     B = 4 * (len(z) - 1)

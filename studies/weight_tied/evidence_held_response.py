@@ -41,6 +41,8 @@ from jaxtyping import ArrayLike, Float
 
 from fisherdyn import AbstractEntropy
 
+from .evidence_response import loop_map_inputs
+
 __all__ = ["HeldScoreResponse", "held_score_map", "held_score_response", "support_basis"]
 
 
@@ -199,18 +201,8 @@ def held_score_response(
     `attention_tol` of the largest, are left out, in the measured and the predicted map.
     Predicted rates within `shape_rtol` of the matched one count as one eigenspace for the
     mode-shape comparison (nearly equal stiffnesses leave the shapes undetermined)."""
-    J = np.asarray(jacobian, np.float64)
-    rho = np.asarray(rho_star, np.float64)
-    N = rho.shape[-1]
-    R = np.eye(N) if readout is None else np.asarray(readout, np.float64)
-    if J.ndim != 2 or J.shape[0] != J.shape[1] or R.shape != (N, J.shape[0]):
-        raise ValueError(f"need a square jacobian (D, D) and readout (N, D); got {J.shape}, "
-                         f"{R.shape} with N = {N}")
-    if not (np.all(np.isfinite(J)) and np.all(np.isfinite(R)) and np.all(np.isfinite(rho))):
-        raise ValueError("jacobian, readout and rho_star must be finite")
-    C = None if feedback is None else np.asarray(feedback, np.float64)
-    if C is not None and (C.shape != (N, N) or not np.all(np.isfinite(C))):
-        raise ValueError(f"feedback must be a finite (N, N) matrix; got shape {C.shape}")
+    J, rho, R, C = loop_map_inputs(jacobian, rho_star, readout, feedback,
+                                   symmetric_feedback=False)
     lam, U = _kept_modes(J, R, attention_tol, min_eigenvalue)
     nan = float("nan")
 

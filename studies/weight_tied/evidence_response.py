@@ -112,6 +112,34 @@ def _roots(omega2, m, gamma):
     return roots, gamma * gamma < 4 * m * w
 
 
+def loop_map_inputs(jacobian, rho_star, readout, feedback, *, symmetric_feedback):
+    """The checked float64 arrays (J, rho, R, C) of a loop-map criterion: a finite square
+    `jacobian` (D, D), `rho_star` (N,), `readout` (N, D) (None: the identity) and
+    `feedback` (N, N) or None (`symmetric_feedback`: C must be symmetric)."""
+    J = np.asarray(jacobian, np.float64)
+    rho = np.asarray(rho_star, np.float64)
+    N = rho.shape[-1]
+    R = np.eye(N) if readout is None else np.asarray(readout, np.float64)
+    if rho.ndim != 1 or J.ndim != 2 or J.shape[0] != J.shape[1] or R.shape != (N, J.shape[0]):
+        raise ValueError(f"need a square jacobian (D, D), readout (N, D) and rho_star (N,); "
+                         f"got {J.shape}, {R.shape}, {rho.shape}")
+    if not (np.all(np.isfinite(J)) and np.all(np.isfinite(R)) and np.all(np.isfinite(rho))):
+        raise ValueError("jacobian, readout and rho_star must be finite")
+    if feedback is None:
+        return J, rho, R, None
+    C = np.asarray(feedback, np.float64)
+    if C.shape != (N, N):
+        raise ValueError(f"feedback must be (N, N) = ({N}, {N}); got {C.shape}")
+    if not np.all(np.isfinite(C)):
+        raise ValueError("feedback has non-finite entries")
+    if symmetric_feedback and (
+        np.max(np.abs(C - C.T), initial=0.0) > 1e-8 * max(np.max(np.abs(C)), 1e-300)
+    ):
+        raise ValueError("feedback must be symmetric (the response of scores that are "
+                         "the gradient of an interaction energy)")
+    return J, rho, R, C
+
+
 def linear_response(
     jacobian: Float[ArrayLike, "D D"],
     rho_star: Float[ArrayLike, " N"],
@@ -167,13 +195,9 @@ def linear_response(
 
     **Returns:** a `LinearResponse`.
     """
-    J = np.asarray(jacobian, np.float64)
-    rho = np.asarray(rho_star, np.float64)
+    J, rho, R, C = loop_map_inputs(jacobian, rho_star, readout, feedback,
+                                   symmetric_feedback=True)
     N = rho.shape[-1]
-    R = np.eye(N) if readout is None else np.asarray(readout, np.float64)
-    if J.ndim != 2 or J.shape[0] != J.shape[1] or R.shape != (N, J.shape[0]):
-        raise ValueError(f"need a square jacobian (D, D) and readout (N, D); got {J.shape}, "
-                         f"{R.shape}")
     # a sparse fixed point: the modes live on its support (the boundary modes of the
     # zeros are second order in the attention, rho = x^2, and not observable in it)
     active = rho > support_tol
@@ -183,15 +207,6 @@ def linear_response(
     R = R[active]
     z = (T * np.asarray(entropy.G(rho)) if scores is None
          else np.asarray(scores, np.float64)[active])
-    if feedback is not None:
-        C = np.asarray(feedback, np.float64)
-        if C.shape != (N, N):
-            raise ValueError(f"feedback must be (N, N) = ({N}, {N}); got {C.shape}")
-        if not np.all(np.isfinite(C)):
-            raise ValueError("feedback has non-finite entries")
-        if np.max(np.abs(C - C.T), initial=0.0) > 1e-8 * max(np.max(np.abs(C)), 1e-300):
-            raise ValueError("feedback must be symmetric (the response of scores that are "
-                             "the gradient of an interaction energy)")
     # C = 0 is the plain spectrum (the same numbers, so the two forms agree there exactly)
     plain = feedback is None or not np.any(C != 0)
     if plain:

@@ -677,10 +677,14 @@ def test_feedback_stiffness_without_feedback_is_the_relaxation_spectrum():
 
 
 def test_linear_response_feedback_is_checked():
-    """A feedback matrix of the wrong shape, with NaN, or not symmetric is refused."""
+    """A feedback matrix of the wrong shape, with NaN, or not symmetric is refused, and so is
+    a loop map with NaN (a diverged model's Jacobian must not be read as evidence)."""
     e = fd.Kaniadakis(0.3)
     J, rs, R = _step_jacobian(e, 1.0, 2.0, 0.25)
     for C, msg in ((np.zeros((4, 4)), "must be"), (np.full((5, 5), np.nan), "non-finite"),
                    (np.triu(np.ones((5, 5))), "symmetric")):
         with pytest.raises(ValueError, match=msg):
             linear_response(J, rs, e, 1.0, step=0.25, readout=R, feedback=C)
+    with pytest.raises(ValueError, match="finite"):
+        linear_response(np.where(np.eye(len(J)) > 0, np.nan, J), rs, e, 1.0, step=0.25,
+                        readout=R)
