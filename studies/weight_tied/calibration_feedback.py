@@ -200,11 +200,12 @@ def figure(plt, data):
     fams = list(data["power"])
     fig, axes = plt.subplots(2, len(fams), figsize=(4.2 * len(fams), 6.4), squeeze=False,
                              sharey=True)
+    err = f"C off by {data['settings']['c_error']:g}"
     style = {"plain": ("C3", "o", "plain (scores fixed)"),
              "feedback": ("C0", "s", "feedback-aware, true C"),
-             "feedback_err": ("C2", "^", "feedback-aware, C with error"),
+             "feedback_err": ("C2", "^", f"feedback-aware, {err}"),
              "held": ("C1", "D", "held-score map, true C"),
-             "held_err": ("C4", "v", "held-score map, C with error")}
+             "held_err": ("C4", "v", f"held-score map, {err}")}
     for j, fam in enumerate(fams):
         for i, (lp, key, what) in enumerate((("fisher", "yes", "P(YES), Fisher loop"),
                                              ("linear", "no", "P(NO), linear loop"))):
@@ -213,18 +214,22 @@ def figure(plt, data):
                 row = data["power"][fam][form][lp]
                 xs = [float(s) for s in row]
                 ax.plot(xs, [row[s][key] for s in row], color=c, marker=mk, label=label)
-            ax.axhline(data["settings"]["admissible_fraction"], color="0.6", ls=":", lw=1)
+            frac = data["settings"]["admissible_fraction"]
+            ax.axhline(frac, color="0.6", ls=":", lw=1, label=f"{frac:g}: tells when both reach it")
             ax.set_ylim(-0.05, 1.05)
             ax.set_title(f"{fam}: {what}", fontsize=10)
             if i == 1:
                 ax.set_xlabel("feedback strength $\\epsilon$")
             if j == 0:
                 ax.set_ylabel("fraction of replicates")
-    axes[0, 0].legend(fontsize=8, loc="lower left")
+    # below the panels: inside, it hides the lines it names
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8.5,
+               frameon=False)
     fig.suptitle("linear_response on loops whose scores respond to the attention "
                  f"({data['settings']['replicates']} replicates x "
                  f"{data['settings']['units']} problems)", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
