@@ -211,14 +211,16 @@ def result_key(config: dict, recipe: dict, evaluation: dict) -> str:
 
 
 def earlier_results(paths) -> dict[str, tuple[dict, str]]:
-    """The per-model results of earlier `--seeds` runs (their JSON files' `models`), keyed
-    by `result_key`, each with the file it came from. A result without its evaluation
-    settings (an older file) cannot be matched and is left out."""
+    """The per-model results of earlier runs, keyed by `result_key`, each with the file it
+    came from: a `--seeds` run's `models`, or the one model of a single-seed run (`--seed`),
+    so that seeds trained one per process join one summary. A result without its
+    evaluation settings (an older file) cannot be matched and is left out."""
     found = {}
     for path in paths:
         with open(path) as f:
-            models = json.load(f).get("models", {})
-        for results in models.values():
+            data = json.load(f)
+        single = "config" in data and "recipe" in data
+        for results in [[data]] if single else data.get("models", {}).values():
             for r in results:
                 if "evaluation" in r:
                     found[result_key(r["config"], r["recipe"], r["evaluation"])] = (r, path)
@@ -454,9 +456,10 @@ def main(argv=None):
                    help="with --seeds: plot each precondition per seed and family here")
     p.add_argument("--json", type=str, default=None, help="also write the result here")
     p.add_argument("--resume", nargs="+", default=(), metavar="JSON",
-                   help="with --seeds: reuse the results in these earlier --json files whose "
-                        "design, recipe and evaluation settings match (written by the same "
-                        "code); train and evaluate only the other seeds")
+                   help="with --seeds: reuse the results in these earlier --json files (of "
+                        "--seeds or single --seed runs) whose design, recipe and evaluation "
+                        "settings match (written by the same code); train and evaluate only "
+                        "the other seeds")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     import jax

@@ -702,6 +702,11 @@ def test_pilot_resumes_from_an_earlier_run(tmp_path, monkeypatch, capsys):
                       record["evaluation"]) not in found
     with pytest.raises(SystemExit, match="need --seeds"):
         main(TINY_PILOT + ["--resume", str(first)])
+    # a single-seed run's file (`--seed 1 --json`) is one model's result, found the same way
+    single = tmp_path / "single.json"
+    single.write_text(json.dumps(models[1], default=float))
+    assert set(earlier_results([single])) == {
+        result_key(models[1]["config"], models[1]["recipe"], models[1]["evaluation"])}
 
 
 @pytest.mark.slow
