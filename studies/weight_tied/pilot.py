@@ -284,12 +284,33 @@ def replication(results: list[dict]) -> dict:
 def linear_response_spread(results: list[dict]) -> dict | None:
     """The linear-response statistic over every seed's linearized problems and heads
     (median, least, greatest), and how many were evaluable; None for results recorded
-    without it."""
+    without it. Over seeds (the units: a model's problems and heads are not independent),
+    each seed's median statistic (`per_seed`, None where none was evaluable), the median's
+    distribution-free 95 % interval with its exact coverage (`median_interval`), and the
+    exact sign test that the seeds' median lies above the criterion's YES region
+    (`above_yes`: p, the least p these seeds could give, units, seeds above)."""
+    from .verdict import CRITERIA, median_interval, sign_test
+
     if any("linear_response" not in r["fixed_point"] for r in results):
         return None
     errs = [e for r in results for e in r["fixed_point"]["linear_response"]]
     finite = [e for e in errs if e is not None]
-    return dict(spread_of(finite) if finite else {}, evaluable=len(finite), total=len(errs))
+    out = dict(spread_of(finite) if finite else {}, evaluable=len(finite), total=len(errs))
+    per_seed = []
+    for r in results:
+        own = [e for e in r["fixed_point"]["linear_response"] if e is not None]
+        per_seed.append(float(np.median(own)) if own else None)
+    out["per_seed"] = per_seed
+    units = [v for v in per_seed if v is not None]
+    if units:
+        yes_top = max(b for _, b in next(c for c in CRITERIA
+                                         if c.name == "linear_response").yes)
+        low, high, coverage = median_interval(units, 0.95)
+        out["median_interval"] = dict(low=low, high=high, coverage=coverage)
+        t = sign_test(units, yes_top, "greater")
+        out["above_yes"] = dict(threshold=yes_top, p=t.p, min_p=t.min_p, units=t.n_units,
+                                above=int(t.statistic))
+    return out
 
 
 def log_replication(family: str, summary: dict, log) -> None:
@@ -307,6 +328,12 @@ def log_replication(family: str, summary: dict, log) -> None:
         log(f"  linear response (YES <= 0.2, NO >= 0.3) on {lr['evaluable']} of {lr['total']} "
             f"linearized problems and heads: median {lr['median']:.3g} [{lr['min']:.3g}, "
             f"{lr['max']:.3g}]")
+        if "above_yes" in lr:
+            t, iv = lr["above_yes"], lr["median_interval"]
+            log(f"  over seeds: median per seed {iv['low']:.3g} to {iv['high']:.3g} "
+                f"(interval of the median, coverage {iv['coverage']:.3f}); above the YES "
+                f"region (> {t['threshold']:g}) on {t['above']} of {t['units']} seeds, sign "
+                f"test p = {t['p']:.3g} (least possible {t['min_p']:.3g})")
     for seed, why in summary["failed"].items():
         log(f"{family}, seed {seed} fails: " + "; ".join(why))
 
@@ -357,8 +384,15 @@ def replication_figure(plt, models: dict):
                 errs = [e for e in r["fixed_point"]["linear_response"] if e is not None]
                 x = r["recipe"]["seed"] + (i - (len(families) - 1) / 2) * 0.15
                 ax.scatter(np.full(len(errs), x), errs, color=f"C{i}", marker="_", s=60)
-        ax.axhspan(0, 0.2, color="C2", alpha=0.12, label="YES (<= 0.2)")
-        ax.axhspan(0.3, max(1.0, ax.get_ylim()[1]), color="C3", alpha=0.08, label="NO (>= 0.3)")
+                if errs:  # the seed's median: the unit of the sign test over seeds
+                    ax.scatter([x], [np.median(errs)], color=f"C{i}", marker="D", s=14)
+        # a log axis: the statistic spans 0.1 to hundreds over these models
+        ax.set_yscale("log")
+        bottom, top = min(0.05, ax.get_ylim()[0]), max(2.0, ax.get_ylim()[1])
+        ax.axhspan(bottom, 0.2, color="C2", alpha=0.12, label="YES (<= 0.2)")
+        ax.axhspan(0.3, top, color="C3", alpha=0.08, label="NO (>= 0.3)")
+        ax.scatter([], [], color="gray", marker="D", s=14, label="median of a seed")
+        ax.set_ylim(bottom, top)
         ax.set(title="linear response at 16L, per problem and head",
                xlabel="seed", xticks=sorted({r["recipe"]["seed"] for f in families
                                              for r in models[f]}))

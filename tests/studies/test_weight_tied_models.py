@@ -709,6 +709,31 @@ def test_pilot_resumes_from_an_earlier_run(tmp_path, monkeypatch, capsys):
         result_key(models[1]["config"], models[1]["recipe"], models[1]["evaluation"])}
 
 
+def test_linear_response_over_seeds_is_tested_per_seed():
+    # Seeds are the units: each seed's median statistic (None where nothing was evaluable)
+    # enters an exact sign test against the YES region's top (0.2). Reference: scipy's
+    # binomial test on the same counts, and the interval's coverage from the binomial law.
+    from scipy.stats import binomtest
+
+    from weight_tied.pilot import linear_response_spread
+
+    lists = [[1.0, 0.5, None], [0.1, 0.15], [None, None], [0.4, 0.6], [2.0], [0.9, 0.7]]
+    out = linear_response_spread([dict(fixed_point=dict(linear_response=v)) for v in lists])
+    assert out["per_seed"] == [0.75, 0.125, None, 0.5, 2.0, 0.8]
+    assert (out["evaluable"], out["total"]) == (9, 12)
+    t = out["above_yes"]
+    assert (t["threshold"], t["units"], t["above"]) == (0.2, 5, 4)
+    assert t["p"] == pytest.approx(binomtest(4, 5, 0.5, alternative="greater").pvalue,
+                                   rel=1e-12)
+    assert t["min_p"] == 0.5**5
+    # five units: the range is the narrowest interval, coverage 1 - 2 / 2^5
+    iv = out["median_interval"]
+    assert (iv["low"], iv["high"]) == (0.125, 2.0)
+    assert iv["coverage"] == pytest.approx(1 - 2 * 0.5**5, rel=1e-12)
+    # a model recorded without the statistic leaves the summary out
+    assert linear_response_spread([dict(fixed_point={})]) is None
+
+
 @pytest.mark.slow
 def test_pilot_replicates_a_design_over_seeds(tmp_path, monkeypatch, capsys):
     # `pilot --seeds 0,1 --families shannon tsallis` trains four 3-step models and
