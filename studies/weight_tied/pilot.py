@@ -141,6 +141,8 @@ def pilot(args, log=print) -> dict:
     follows = describe(fd, m, cfg, args, log) if args.follow else None
     return dict(follow=follows, config=cfg.fingerprint(), recipe=recipe_of(args),
                 evaluation=evaluation_of(args), host=host_of(jax), carried=carried,
+                # the run that trained the weights (a cached model keeps its own numbers)
+                training=dict(seconds=tr.seconds, step_ms=tr.step_ms, cached=tr.from_cache),
                 accuracy=tr.accuracy,
                 accuracy_by_loop=by_loop.tolist(), chance=chance, mode_shortcut=shortcut,
                 fixed_point=fp, depth_ratio=ratio,

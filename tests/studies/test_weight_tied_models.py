@@ -665,6 +665,7 @@ def test_pilot_reports_the_preconditions_of_a_model(tmp_path, monkeypatch, capsy
     assert len(out["accuracy_by_loop"]) == 4 * 2 + 1 and out["chance"] == 0.25
     assert out["host"]["jax"] == jax.__version__ and out["host"]["backend"] == "cpu"
     assert out["carried"] is None  # a plain transformer carries no dynamics
+    assert out["training"]["seconds"] > 0 and out["training"]["cached"] is False
     # the linear-response statistic of each linearized problem and head (2 heads by default)
     lr = out["fixed_point"]["linear_response"]
     assert len(lr) == 1 * 2 and all(e is None or e >= 0 for e in lr)
