@@ -96,7 +96,8 @@ def pilot(args, log=print) -> dict:
     tr = train_looped(cfg, seed=args.seed, steps=args.steps, batch=args.batch, lr=args.lr,
                       loops=(L, 3 * L), residual_penalty=args.penalty,
                       residual=args.residual, curriculum=args.curriculum,
-                      progress=not args.no_progress)
+                      progress=not args.no_progress,
+                      cached_only=getattr(args, "cached_only", False))
     how = "cached" if tr.from_cache else f"trained in {time.perf_counter() - t0:.0f} s"
     log(f"accuracy {tr.accuracy:.3f} at L = {L} ({how}; median step {tr.step_ms:.0f} ms)")
     m = to_f64(tr.model)
@@ -496,6 +497,9 @@ def main(argv=None):
                         "--seeds or single --seed runs) whose design, recipe and evaluation "
                         "settings match (written by the same code); train and evaluate only "
                         "the other seeds")
+    p.add_argument("--cached-only", action="store_true",
+                   help="with --seeds: train nothing; a seed neither in --resume nor in the "
+                        "weight cache is listed as without a model")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     import jax
@@ -503,14 +507,14 @@ def main(argv=None):
     jax.config.update("jax_enable_x64", True)
     log = lambda s: print(f"[weight_tied pilot] {s}", flush=True)  # noqa: E731
     if args.seeds is None:
-        if args.families or args.figure or args.resume:
-            raise SystemExit("--families, --figure and --resume need --seeds")
+        if args.families or args.figure or args.resume or args.cached_only:
+            raise SystemExit("--families, --figure, --resume and --cached-only need --seeds")
         out = pilot(args, log=log)
     else:
         out = dict(replication={}, models={})
         earlier = earlier_results(args.resume)
         for family in args.families or [args.family]:
-            results = []
+            results, missing = [], {}
             for seed in args.seeds:
                 log(f"{family}, seed {seed}")
                 one = argparse.Namespace(**dict(vars(args), seed=seed, family=family))
@@ -519,10 +523,20 @@ def main(argv=None):
                 if key in earlier:
                     log(f"result reused from {earlier[key][1]}")
                     results.append(earlier[key][0])
-                else:
+                    continue
+                try:
                     results.append(pilot(one, log=log))
-            summary = replication(results)
-            log_replication(family, summary, log)
+                except (LookupError, FloatingPointError) as err:
+                    # a seed without a model (not cached, or its training diverged) is
+                    # reported with its reason; the summary covers the seeds that have one
+                    log(f"{family}, seed {seed}: no model: {err}")
+                    missing[str(seed)] = str(err)
+            if results:
+                summary = replication(results)
+                log_replication(family, summary, log)
+            else:
+                summary = dict(seeds=[], meeting_all=0)
+            summary["without_a_model"] = missing
             out["replication"][family] = summary
             out["models"][family] = results
         if args.figure:
@@ -531,7 +545,7 @@ def main(argv=None):
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
 
-            fig = replication_figure(plt, out["models"])
+            fig = replication_figure(plt, {f: r for f, r in out["models"].items() if r})
             fig.savefig(args.figure, dpi=120)
             log(f"wrote {args.figure}")
     if args.json:

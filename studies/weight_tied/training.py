@@ -296,6 +296,7 @@ def train_looped(
     residual_penalty: float = 0.0,
     residual: str = "relative",
     curriculum: tuple[tuple[int, int, int], ...] = (),
+    cached_only: bool = False,
 ) -> TrainedLooped:
     """Train a `LoopedTransformer` on its task (`config.task`: `recall_task` or
     `pointer_task`) with optax, deterministically from `seed`.
@@ -334,6 +335,9 @@ def train_looped(
       shortcut, after 4 nodes it follows the links (docs/guides/weight_tied.md). The
       stages must keep the token layout, so `config.n_classes` must be set when the node
       count changes.
+
+    - `cached_only`: load the cached weights and never train; a model not in the cache
+      raises `LookupError`.
 
     The reported accuracy is at the trained L loops in either case.
 
@@ -374,6 +378,9 @@ def train_looped(
         cached = _load(config, weights_path, meta_path, progress)
         if cached is not None:
             return cached
+    if cached_only:
+        raise LookupError(f"no cached weights for seed {seed} of this design and recipe"
+                          + (f" ({weights_path.name})" if use_cache else " (cache off)"))
     recipe_kw = dict(batch=int(batch), lr=float(lr), weight_decay=float(weight_decay),
                      loss_from=float(loss_from), progress=progress, loops=loops,
                      residual_penalty=float(residual_penalty), absolute=residual == "absolute")

@@ -703,6 +703,25 @@ def test_pilot_resumes_from_an_earlier_run(tmp_path, monkeypatch, capsys):
                       record["evaluation"]) not in found
     with pytest.raises(SystemExit, match="need --seeds"):
         main(TINY_PILOT + ["--resume", str(first)])
+    # `--cached-only` trains nothing: seed 1 loads from the weight cache, seed 2 has no
+    # model and is listed with its reason, outside the summary
+    out = main(TINY_PILOT + ["--seeds", "0-2", "--cached-only", "--resume", str(first)])
+    rep = out["replication"]["shannon"]
+    assert rep["seeds"] == [0, 1] and list(rep["without_a_model"]) == ["2"]
+    assert "no cached weights for seed 2" in rep["without_a_model"]["2"]
+    with pytest.raises(SystemExit, match="need --seeds"):
+        main(TINY_PILOT + ["--cached-only"])
+    # a training that diverges is a seed without a model too, with the error's message
+    import weight_tied.pilot as pilot_module
+
+    def diverging(one, log):
+        raise FloatingPointError(f"training diverged (seed {one.seed})")
+
+    monkeypatch.setattr(pilot_module, "pilot", diverging)
+    out = main(TINY_PILOT + ["--seeds", "0,3", "--resume", str(first)])
+    rep = out["replication"]["shannon"]
+    assert rep["seeds"] == [0] and rep["without_a_model"] == {
+        "3": "training diverged (seed 3)"}
     # a single-seed run's file (`--seed 1 --json`) is one model's result, found the same way
     single = tmp_path / "single.json"
     single.write_text(json.dumps(models[1], default=float))
