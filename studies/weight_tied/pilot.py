@@ -32,7 +32,9 @@ family, with how the design replicates: how many seeds meet every precondition, 
 and why, and each precondition's number over the seeds (median, least, greatest).
 `--resume` takes a model's result from earlier `--json` files when its design, training
 recipe and evaluation settings match, so that seeds trained in separate runs (two at a time
-on two cores, say) join one summary without being evaluated again.
+on two cores, say) join one summary without being evaluated again; it reads single-seed
+files (`--seed N --json`) too. With `--cached-only` nothing is trained: a seed without a
+model (not cached, or its training diverged) is listed with its reason (`without_a_model`).
 `--loop-kind fisher` trains the positive control whose attention is the damped Fisher
 dynamics driven by the loop's own scores (`--dose` mixes in the plain normalizer); its
 RK4 substeps must resolve the damping rate (`LoopedConfig` refuses too few).
@@ -97,7 +99,7 @@ def pilot(args, log=print) -> dict:
                       loops=(L, 3 * L), residual_penalty=args.penalty,
                       residual=args.residual, curriculum=args.curriculum,
                       progress=not args.no_progress,
-                      cached_only=getattr(args, "cached_only", False))
+                      cached_only=args.cached_only)
     how = "cached" if tr.from_cache else f"trained in {time.perf_counter() - t0:.0f} s"
     log(f"accuracy {tr.accuracy:.3f} at L = {L} ({how}; median step {tr.step_ms:.0f} ms)")
     m = to_f64(tr.model)
@@ -292,22 +294,22 @@ def linear_response_spread(results: list[dict]) -> dict | None:
     distribution-free 95 % interval with its exact coverage (`median_interval`), and the
     exact sign test that the seeds' median lies above the criterion's YES region
     (`above_yes`: p, the least p these seeds could give, units, seeds above)."""
-    from .verdict import CRITERIA, median_interval, sign_test
+    from .protocol import PROTOCOL_CRITERIA
+    from .verdict import median_interval, sign_test
 
     if any("linear_response" not in r["fixed_point"] for r in results):
         return None
-    errs = [e for r in results for e in r["fixed_point"]["linear_response"]]
-    finite = [e for e in errs if e is not None]
-    out = dict(spread_of(finite) if finite else {}, evaluable=len(finite), total=len(errs))
-    per_seed = []
-    for r in results:
-        own = [e for e in r["fixed_point"]["linear_response"] if e is not None]
-        per_seed.append(float(np.median(own)) if own else None)
+    per_model = [[e for e in r["fixed_point"]["linear_response"] if e is not None]
+                 for r in results]
+    finite = [e for own in per_model for e in own]
+    total = sum(len(r["fixed_point"]["linear_response"]) for r in results)
+    out = dict(spread_of(finite) if finite else {}, evaluable=len(finite), total=total)
+    per_seed = [float(np.median(own)) if own else None for own in per_model]
     out["per_seed"] = per_seed
     units = [v for v in per_seed if v is not None]
     if units:
-        yes_top = max(b for _, b in next(c for c in CRITERIA
-                                         if c.name == "linear_response").yes)
+        criterion = {c.name: c for c in PROTOCOL_CRITERIA}["linear_response"]
+        yes_top = max(b for _, b in criterion.yes)
         low, high, coverage = median_interval(units, 0.95)
         out["median_interval"] = dict(low=low, high=high, coverage=coverage)
         t = sign_test(units, yes_top, "greater")
