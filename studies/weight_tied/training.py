@@ -17,6 +17,7 @@ import functools
 import json
 import math
 import os
+import pathlib
 import time
 
 import equinox as eqx
@@ -197,7 +198,7 @@ def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_fro
             # a diverged model is never cached or returned: every later step would be NaN too
             raise FloatingPointError(
                 f"training diverged: the loss is {losses[i]} at step {i + 1} of {steps} "
-                f"({config.entropy!r}, loop_kind {config.loop_kind!r}); nothing was cached. "
+                f"({config.entropy!r}, loop_kind {config.loop_kind!r}); no weights were cached. "
                 + carried_rates(before, config)
                 + "Try a smaller learning rate; for a Fisher loop, whose explicit RK4 substeps "
                 "must resolve the rates it learns, also more substeps or a larger mass")
@@ -279,6 +280,17 @@ def _store(trained, weights_path, meta_path, blob):
     atomic_write(meta_path, lambda f: f.write(json.dumps(meta).encode()))
 
 
+def divergence_path(weights_path: pathlib.Path) -> pathlib.Path:
+    """The cache's record of a training that diverged, beside the weights it did not write."""
+    return weights_path.with_name(weights_path.stem + ".diverged.json")
+
+
+def _record_divergence(weights_path, blob, message):
+    record = dict(json.loads(blob), message=message)
+    atomic_write(divergence_path(weights_path),
+                 lambda f: f.write(json.dumps(record).encode()))
+
+
 def train_looped(
     config: LoopedConfig,
     *,
@@ -337,7 +349,13 @@ def train_looped(
       count changes.
 
     - `cached_only`: load the cached weights and never train; a model not in the cache
-      raises `LookupError`.
+      raises `LookupError`, or `FloatingPointError` with the recorded message where its
+      training diverged.
+
+    A training whose loss turns NaN raises `FloatingPointError` (with the step and, for a
+    Fisher loop, the learned rates) and caches no weights, only a record of the divergence
+    (`divergence_path`); an ordinary call trains such a model again (the record is removed
+    when that succeeds).
 
     The reported accuracy is at the trained L loops in either case.
 
@@ -378,6 +396,10 @@ def train_looped(
         cached = _load(config, weights_path, meta_path, progress)
         if cached is not None:
             return cached
+        diverged = divergence_path(weights_path)
+        if cached_only and diverged.exists():
+            record = json.loads(diverged.read_text())
+            raise FloatingPointError(f"{record['message']} (recorded in {diverged})")
     if cached_only:
         raise LookupError(f"no cached weights for seed {seed} of this design and recipe"
                           + (f" ({weights_path.name})" if use_cache else " (cache off)"))
@@ -387,13 +409,21 @@ def train_looped(
     with _numeric_mode(config):
         model = init_looped(config, k_init)
         history, seconds = [], 0.0
-        for j, (stage, n) in enumerate(stages):
-            model, losses, sec, _ = _optimize(_with_config(model, stage), stage,
-                                              jr.fold_in(k_data, 1 + j), steps=n, **recipe_kw)
-            history.append(losses)
-            seconds += sec
-        model, losses, sec, step_ms = _optimize(_with_config(model, config), config, k_data,
-                                                steps=int(steps), **recipe_kw)
+        try:
+            for j, (stage, n) in enumerate(stages):
+                model, losses, sec, _ = _optimize(_with_config(model, stage), stage,
+                                                  jr.fold_in(k_data, 1 + j), steps=n,
+                                                  **recipe_kw)
+                history.append(losses)
+                seconds += sec
+            model, losses, sec, step_ms = _optimize(_with_config(model, config), config,
+                                                    k_data, steps=int(steps), **recipe_kw)
+        except FloatingPointError as err:
+            where = f"stage {len(history) + 1} of {len(stages) + 1}: " if stages else ""
+            if use_cache:
+                # an hour's training that diverged is a result too: `cached_only` reports it
+                _record_divergence(weights_path, blob, where + str(err))
+            raise FloatingPointError(where + str(err)) from None
         losses, seconds = np.concatenate(history + [losses]), seconds + sec
         accuracy = evaluate_looped(model, k_eval, eval_batch)
     if progress:
@@ -403,4 +433,5 @@ def train_looped(
                             str(weights_path) if use_cache else None)
     if use_cache:
         _store(trained, weights_path, meta_path, blob)
+        divergence_path(weights_path).unlink(missing_ok=True)
     return trained

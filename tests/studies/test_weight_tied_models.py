@@ -6,6 +6,7 @@ layers and their dynamics alone are library tests: tests/test_fisher_loop.py.
 
 import dataclasses
 import json
+import pathlib
 
 import equinox as eqx
 import jax
@@ -919,10 +920,11 @@ def test_carried_rates_reads_the_fisher_loops_parameters():
     assert carried_rates(init_looped(plain, jr.PRNGKey(0)), plain) == ""
 
 
-def test_training_that_diverges_stops_and_caches_nothing(tmp_path):
+def test_training_that_diverges_stops_and_caches_only_a_record(tmp_path):
     # A Fisher loop trained at a learning rate of 10 drives its carried state beyond its
     # RK4 substeps within a few steps (NaN loss): training stops with the step and caches
-    # nothing. Control: the same loop at the default rate trains its 5 steps, finite.
+    # no weights, only a record that `cached_only` reports. Control: the same loop at the
+    # default rate trains its 5 steps, finite, and leaves no record.
     from weight_tied.training import train_looped
 
     cfg = LoopedConfig(task="pointer", n_pairs=4, hops=2, dim=8, d_model=8, n_heads=2,
@@ -931,10 +933,34 @@ def test_training_that_diverges_stops_and_caches_nothing(tmp_path):
     with pytest.raises(FloatingPointError, match=r"diverged: the loss is nan at step \d+ of 30"
                        ) as err:
         train_looped(cfg, steps=30, batch=4, lr=10.0, cache_dir=tmp_path, progress=False)
-    assert not list(tmp_path.iterdir())
+    (record,) = tmp_path.iterdir()
+    assert record.name.endswith(".diverged.json")
+    assert json.loads(record.read_text())["message"] == str(err.value)
+    with pytest.raises(FloatingPointError, match=r"the loss is nan at step \d+ of 30.*"
+                       r"\(recorded in .*\.diverged\.json\)"):
+        train_looped(cfg, steps=30, batch=4, lr=10.0, cache_dir=tmp_path, progress=False,
+                     cached_only=True)
+    # another recipe (the control's) has no record: it is not in the cache
+    with pytest.raises(LookupError, match="no cached weights"):
+        train_looped(cfg, steps=5, batch=4, cache_dir=tmp_path, progress=False,
+                     cached_only=True)
+    # a curriculum's record names the stage that diverged
+    with pytest.raises(FloatingPointError, match=r"stage 1 of 2: training diverged"):
+        train_looped(cfg, steps=3, batch=4, lr=10.0, cache_dir=tmp_path, progress=False,
+                     curriculum=((4, 1, 30),))
+    for f in tmp_path.iterdir():
+        f.unlink()
     # the message names the learned rates before the step (h = step / (loops * substeps))
     h = cfg.step / (cfg.n_loops * cfg.substeps)
     assert f"(at the start {h * 1.0 / 0.5:.3g})" in str(err.value)
     assert "h * damping/mass = " in str(err.value)
     tr = train_looped(cfg, steps=5, batch=4, cache_dir=tmp_path, progress=False)
     assert np.all(np.isfinite(tr.loss_history)) and len(list(tmp_path.iterdir())) == 2
+    # a training that succeeds removes its recipe's stale record
+    weights = pathlib.Path(tr.path)
+    stale = weights.with_name(weights.stem + ".diverged.json")
+    for f in tmp_path.iterdir():
+        f.unlink()
+    stale.write_text(json.dumps(dict(message="an earlier divergence")))
+    train_looped(cfg, steps=5, batch=4, cache_dir=tmp_path, progress=False)
+    assert not stale.exists() and len(list(tmp_path.iterdir())) == 2
