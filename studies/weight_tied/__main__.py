@@ -2,7 +2,9 @@
 `python studies/weight_tied calibrate [--quick] [--out DIR]`: calibrate its criteria;
 `python studies/weight_tied calibrate-feedback [--quick] [--out DIR]`: calibrate
 linear_response on loops whose scores respond to the attention;
-`python studies/weight_tied pilot [options]`: train one model and print its preconditions."""
+`python studies/weight_tied pilot [options]`: train one model and print its preconditions;
+`python studies/weight_tied timescales [pilot options]`: whose modes the slow attention
+modes of cached carried-attention models are (the stream's or the attention state's)."""
 
 import sys
 from pathlib import Path
@@ -24,6 +26,10 @@ elif sys.argv[1:2] == ["calibrate-feedback"]:
     main(sys.argv[2:])
 elif sys.argv[1:2] == ["pilot"]:
     from weight_tied.pilot import main  # noqa: E402
+
+    main(sys.argv[2:])
+elif sys.argv[1:2] == ["timescales"]:
+    from weight_tied.timescales import main  # noqa: E402
 
     main(sys.argv[2:])
 else:

@@ -444,9 +444,10 @@ def _stages(text: str) -> tuple[tuple[int, int, int], ...]:
             f"expected stages NODES/HOPS:STEPS separated by commas, got {text!r}") from None
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="studies/weight_tied pilot",
-                                description=__doc__.splitlines()[0])
+def parser(prog="studies/weight_tied pilot", description=None) -> argparse.ArgumentParser:
+    """The pilot's options: a model design, its training recipe and its evaluation (also
+    read by `timescales`, which evaluates the same cached models)."""
+    p = argparse.ArgumentParser(prog=prog, description=description or __doc__.splitlines()[0])
     p.add_argument("--family", choices=FAMILIES, default="shannon")
     p.add_argument("--nodes", type=int, default=8)
     p.add_argument("--hops", type=int, default=3)
@@ -503,7 +504,11 @@ def main(argv=None):
                    help="with --seeds: train nothing; a seed neither in --resume nor in the "
                         "weight cache is listed as without a model")
     p.add_argument("--no-progress", action="store_true")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
     import jax
 
     jax.config.update("jax_enable_x64", True)

@@ -1,0 +1,167 @@
+"""Timescales: whose modes are the slow attention-bearing modes of cached looped models with
+a carried attention state (the Fisher controls of the pilot): the residual stream's or
+the attention state's own (`evidence_timescales.loop_timescales`).
+
+Takes the pilot's design, recipe and `--seeds`/`--families` options and reads the models
+from the weight cache (it trains nothing; a seed without a model is listed with its
+reason). Per model it linearizes the loop at the state after 16L loops for the first
+`--jacobians` problems and, per problem and head, labels the `--modes` slowest
+attention-bearing modes:
+
+    python studies/weight_tied timescales $D --loop-kind fisher --mass 0.1 --damping 1 \\
+        --substeps 5 --seeds 0-7 --families shannon tsallis kaniadakis \\
+        --json figures/weight_tied_timescales.json --figure figures/weight_tied_timescales.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+
+import numpy as np
+
+from .evidence_timescales import LABELS, loop_timescales
+from .pilot import FAMILIES, design_of, design_title, parser, recipe_of
+
+
+def model_timescales(model, tokens, n_loops, n_jacobian, modes) -> dict:
+    """Every linearized problem's and head's `loop_timescales` of one model, as lists."""
+    from .fixed_point import fixed_point_report
+
+    rep = fixed_point_report(model, tokens, n_loops, n_jacobian=n_jacobian)
+    n_stream = tokens.shape[1] * model.d_model  # the stream x comes first in the flat state
+    out = []
+    for k in range(rep.jacobian.shape[0]):
+        for h in range(model.n_heads):
+            ts = loop_timescales(rep.jacobian[k], n_stream, rep.attn_jacobian[k, h],
+                                 step=model.dt, rho_star=rep.attn[k, h], k=modes)
+            out.append(dict(problem=k, head=h, rates=[[z.real, z.imag] for z in ts.rates],
+                            labels=list(ts.labels),
+                            stream_distance=ts.stream_distance.tolist(),
+                            attention_distance=ts.attention_distance.tolist(),
+                            off_support=ts.off_support.tolist(),
+                            slowest_stream=ts.slowest_stream,
+                            slowest_attention=ts.slowest_attention))
+    return dict(heads=out, spectral_radius=rep.spectral_radius.tolist())
+
+
+def summary(models: list[dict]) -> dict:
+    """Per family: the labels of the slowest and of all read modes, and per seed the
+    median ratio of the attention state's slowest decay rate to the stream's."""
+    heads = [h for m in models for h in m["heads"]]
+    first = [h["labels"][0] for h in heads if h["labels"]]
+    every = [lab for h in heads for lab in h["labels"]]
+    att_off = [o for h in heads for lab, o in zip(h["labels"], h["off_support"])
+               if lab == "attention"]
+    return dict(
+        seeds=[m["seed"] for m in models],
+        slowest_mode={lab: first.count(lab) for lab in LABELS},
+        all_modes={lab: every.count(lab) for lab in LABELS},
+        # > 1: the attention state alone decays faster than the stream alone
+        speed_ratio_by_seed=[float(np.median([h["slowest_attention"] / h["slowest_stream"]
+                                              for h in m["heads"]])) for m in models],
+        attention_modes_off_support=(None if not att_off
+                                     else dict(median=float(np.median(att_off)),
+                                               min=float(np.min(att_off)),
+                                               max=float(np.max(att_off)))))
+
+
+def figure(plt, out: dict, title: str):
+    fams = [f for f in out["families"] if out["models"][f]]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    for i, fam in enumerate(fams):
+        s = out["families"][fam]
+        x = np.asarray(s["seeds"]) + (i - (len(fams) - 1) / 2) * 0.15
+        axes[0].scatter(x, s["speed_ratio_by_seed"], color=f"C{i}", label=fam)
+        for m, xi in zip(out["models"][fam], x):
+            labs = [lab for h in m["heads"] for lab in h["labels"]]
+            n = max(len(labs), 1)
+            axes[1].scatter([xi], [labs.count("stream") / n], color=f"C{i}", marker="o",
+                            label=f"{fam}: stream" if xi == x[0] else None)
+            axes[1].scatter([xi], [labs.count("attention") / n], color=f"C{i}", marker="o",
+                            facecolors="none",
+                            label=f"{fam}: attention" if xi == x[0] else None)
+    axes[0].axhline(1, color="gray", ls="--", lw=1)
+    axes[0].set(yscale="log", xlabel="seed",
+                title="slowest decay: attention state alone / stream alone (median of "
+                      "problems and heads; > 1: the attention is faster)")
+    axes[1].set(ylim=(-0.03, 1.03), xlabel="seed",
+                title="share of the slowest attention-bearing modes of the loop that are the "
+                      "stream's (filled) or the attention state's (open)")
+    for ax in axes:
+        ax.title.set_fontsize(8)
+        ax.legend(fontsize=7)
+    fig.suptitle(textwrap.fill(title, 200), fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def main(argv=None):
+    p = parser(prog="studies/weight_tied timescales", description=__doc__.splitlines()[0])
+    p.add_argument("--modes", type=int, default=6,
+                   help="the slowest attention-bearing modes labelled per problem and head")
+    args = p.parse_args(argv)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    import jax.random as jr
+
+    from .study import to_f64
+    from .task import task_batch
+    from .training import train_looped
+
+    log = lambda s: print(f"[weight_tied timescales] {s}", flush=True)  # noqa: E731
+    if args.loop_kind == "transformer":
+        raise SystemExit("--loop-kind transformer has no carried attention state: its "
+                         "attention is a function of the stream, with no timescale of its own")
+    out = dict(families={}, models={}, without_a_model={}, settings=dict(
+        modes=args.modes, jacobians=args.jacobians, fp_problems=args.fp_problems))
+    for family in args.families or [args.family]:
+        done, missing = [], {}
+        for seed in (args.seeds if args.seeds is not None else (args.seed,)):
+            one = argparse.Namespace(**dict(vars(args), seed=seed, family=family))
+            cfg = design_of(one)
+            L = cfg.n_loops
+            try:
+                tr = train_looped(cfg, seed=seed, steps=one.steps, batch=one.batch, lr=one.lr,
+                                  loops=(L, 3 * L), residual_penalty=one.penalty,
+                                  residual=one.residual, curriculum=one.curriculum,
+                                  progress=False, cached_only=True)
+            except (LookupError, FloatingPointError) as err:
+                log(f"{family}, seed {seed}: no model: {err}")
+                missing[str(seed)] = str(err)
+                continue
+            tokens = jnp.asarray(task_batch(cfg, jr.PRNGKey(5), args.fp_problems).tokens,
+                                 jnp.float64)
+            m = dict(model_timescales(to_f64(tr.model), tokens, 16 * L, args.jacobians,
+                                      args.modes), seed=seed, recipe=recipe_of(one))
+            labs = [h["labels"][0] for h in m["heads"] if h["labels"]]
+            ratio = np.median([h["slowest_attention"] / h["slowest_stream"]
+                               for h in m["heads"]])
+            log(f"{family}, seed {seed}: slowest attention-bearing mode is the stream's in "
+                f"{labs.count('stream')}, the attention state's in {labs.count('attention')}, "
+                f"mixed in {labs.count('mixed')} of {len(labs)} problem-heads; attention alone "
+                f"/ stream alone slowest decay {ratio:.3g} (median)")
+            done.append(m)
+        out["models"][family] = done
+        out["without_a_model"][family] = missing
+        if done:
+            out["families"][family] = s = summary(done)
+            log(f"{family}: slowest mode {s['slowest_mode']}; all read modes {s['all_modes']}")
+    if args.figure and any(out["models"].values()):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        first = next(m for ms in out["models"].values() for m in ms)
+        fig = figure(plt, out, design_title(dict(config=design_of(args).fingerprint(),
+                                                 recipe=first["recipe"])))
+        fig.savefig(args.figure, dpi=120)
+        log(f"wrote {args.figure}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1, default=float)
+    return out
