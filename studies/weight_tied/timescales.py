@@ -73,7 +73,12 @@ def figure(plt, out: dict, title: str):
     for i, fam in enumerate(fams):
         s = out["families"][fam]
         x = np.asarray(s["seeds"]) + (i - (len(fams) - 1) / 2) * 0.15
-        axes[0].scatter(x, s["speed_ratio_by_seed"], color=f"C{i}", label=fam)
+        r = np.asarray(s["speed_ratio_by_seed"])
+        axes[0].scatter(x[r > 0], r[r > 0], color=f"C{i}", label=fam)
+        # a ratio <= 0: the attention state alone does not decay (an eigenvalue >= 1)
+        axes[0].scatter(x[r <= 0], np.full((r <= 0).sum(), 1e-3), color=f"C{i}", marker="v",
+                        label=f"{fam}: attention alone not decaying" if np.any(r <= 0)
+                        else None)
         for m, xi in zip(out["models"][fam], x):
             labs = [lab for h in m["heads"] for lab in h["labels"]]
             n = max(len(labs), 1)
@@ -83,12 +88,12 @@ def figure(plt, out: dict, title: str):
                             facecolors="none",
                             label=f"{fam}: attention" if xi == x[0] else None)
     axes[0].axhline(1, color="gray", ls="--", lw=1)
-    axes[0].set(yscale="log", xlabel="seed",
-                title="slowest decay: attention state alone / stream alone (median of "
-                      "problems and heads; > 1: the attention is faster)")
+    axes[0].set(yscale="log", xlabel="seed", ylim=(5e-4, None),
+                title="slowest decay rate, attention state alone / stream alone\n(median of "
+                      "problems and heads; above 1: the attention is faster)")
     axes[1].set(ylim=(-0.03, 1.03), xlabel="seed",
-                title="share of the slowest attention-bearing modes of the loop that are the "
-                      "stream's (filled) or the attention state's (open)")
+                title="the loop's slowest attention-bearing modes: share that are the\n"
+                      "stream's (filled) or the attention state's (open); the rest mixed")
     for ax in axes:
         ax.title.set_fontsize(8)
         ax.legend(fontsize=7)
