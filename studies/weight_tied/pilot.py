@@ -546,19 +546,26 @@ def main(argv=None):
             summary["without_a_model"] = missing
             out["replication"][family] = summary
             out["models"][family] = results
-        if args.figure:
-            import matplotlib
+    draw = None if args.seeds is None else lambda plt: replication_figure(
+        plt, {f: r for f, r in out["models"].items() if r})
+    write_outputs(args, out, draw, log)
+    return out
 
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
 
-            fig = replication_figure(plt, {f: r for f, r in out["models"].items() if r})
-            fig.savefig(args.figure, dpi=120)
-            log(f"wrote {args.figure}")
+def write_outputs(args, out: dict, draw, log) -> None:
+    """Write `out` to `--json` and, where `--figure` is given and `draw` is not None, the
+    figure `draw(plt)` to it."""
+    if args.figure and draw is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        draw(plt).savefig(args.figure, dpi=120)
+        log(f"wrote {args.figure}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1, default=float)
-    return out
 
 
 if __name__ == "__main__":  # pragma: no cover

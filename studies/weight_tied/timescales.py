@@ -16,13 +16,12 @@ attention-bearing modes:
 from __future__ import annotations
 
 import argparse
-import json
 import textwrap
 
 import numpy as np
 
 from .evidence_timescales import LABELS, loop_timescales
-from .pilot import FAMILIES, design_of, design_title, parser, recipe_of
+from .pilot import design_of, design_title, parser, recipe_of, write_outputs
 
 
 def model_timescales(model, tokens, n_loops, n_jacobian, modes) -> dict:
@@ -155,18 +154,10 @@ def main(argv=None):
         if done:
             out["families"][family] = s = summary(done)
             log(f"{family}: slowest mode {s['slowest_mode']}; all read modes {s['all_modes']}")
-    if args.figure and any(out["models"].values()):
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+    draw = None
+    if any(out["models"].values()):
         first = next(m for ms in out["models"].values() for m in ms)
-        fig = figure(plt, out, design_title(dict(config=design_of(args).fingerprint(),
-                                                 recipe=first["recipe"])))
-        fig.savefig(args.figure, dpi=120)
-        log(f"wrote {args.figure}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1, default=float)
+        title = design_title(dict(config=design_of(args).fingerprint(), recipe=first["recipe"]))
+        draw = lambda plt: figure(plt, out, title)  # noqa: E731
+    write_outputs(args, out, draw, log)
     return out
