@@ -90,16 +90,12 @@ def pilot(args, log=print) -> dict:
     from .protocol import PRECONDITIONS, PROTOCOL_VERSION
     from .study import depth_paths, preconditions, to_f64
     from .task import task_batch
-    from .training import carried_parameters, train_looped
+    from .training import carried_parameters
 
     cfg = design_of(args)
     L = cfg.n_loops
     t0 = time.perf_counter()
-    tr = train_looped(cfg, seed=args.seed, steps=args.steps, batch=args.batch, lr=args.lr,
-                      loops=(L, 3 * L), residual_penalty=args.penalty,
-                      residual=args.residual, curriculum=args.curriculum,
-                      progress=not args.no_progress,
-                      cached_only=args.cached_only)
+    tr = trained(args, cfg, cached_only=args.cached_only, progress=not args.no_progress)
     how = "cached" if tr.from_cache else f"trained in {time.perf_counter() - t0:.0f} s"
     log(f"accuracy {tr.accuracy:.3f} at L = {L} ({how}; median step {tr.step_ms:.0f} ms)")
     m = to_f64(tr.model)
@@ -150,6 +146,17 @@ def pilot(args, log=print) -> dict:
                 accuracy_by_loop=by_loop.tolist(), chance=chance, mode_shortcut=shortcut,
                 fixed_point=fp, depth_ratio=ratio,
                 preconditions=dict(values=values, failed=failed, thresholds=PRECONDITIONS))
+
+
+def trained(args, cfg, *, cached_only: bool, progress: bool):
+    """The `train_looped` model of the design `cfg` with the options' seed and recipe."""
+    from .training import train_looped
+
+    L = cfg.n_loops
+    return train_looped(cfg, seed=args.seed, steps=args.steps, batch=args.batch, lr=args.lr,
+                        loops=(L, 3 * L), residual_penalty=args.penalty,
+                        residual=args.residual, curriculum=args.curriculum,
+                        progress=progress, cached_only=cached_only)
 
 
 def response_errors(model, rep) -> list:

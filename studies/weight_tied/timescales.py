@@ -21,7 +21,7 @@ import textwrap
 import numpy as np
 
 from .evidence_timescales import LABELS, loop_timescales
-from .pilot import design_of, design_title, parser, recipe_of, write_outputs
+from .pilot import design_of, design_title, parser, recipe_of, trained, write_outputs
 
 
 def model_timescales(model, tokens, n_loops, n_jacobian, modes) -> dict:
@@ -114,7 +114,6 @@ def main(argv=None):
 
     from .study import to_f64
     from .task import task_batch
-    from .training import train_looped
 
     log = lambda s: print(f"[weight_tied timescales] {s}", flush=True)  # noqa: E731
     if args.loop_kind == "transformer":
@@ -129,10 +128,7 @@ def main(argv=None):
             cfg = design_of(one)
             L = cfg.n_loops
             try:
-                tr = train_looped(cfg, seed=seed, steps=one.steps, batch=one.batch, lr=one.lr,
-                                  loops=(L, 3 * L), residual_penalty=one.penalty,
-                                  residual=one.residual, curriculum=one.curriculum,
-                                  progress=False, cached_only=True)
+                tr = trained(one, cfg, cached_only=True, progress=False)
             except (LookupError, FloatingPointError) as err:
                 log(f"{family}, seed {seed}: no model: {err}")
                 missing[str(seed)] = str(err)
