@@ -20,7 +20,10 @@ A study, not part of the library: it calls fisherdyn's public API only. Run it w
   response), `evidence_held_response.py` (the held-score Fisher map fitted to a loop map
   whose scores respond to the attention), `evidence_heldout.py` (held-out prediction, by
   rms and by likelihood): the path criteria;
-  `evidence_shape.py` (`isotropy`, `support_revival`): tests of the paths' shape.
+  `evidence_shape.py` (`isotropy`, `support_revival`): tests of the paths' shape;
+  `evidence_timescales.py` (`loop_timescales`, `attention_block_response`): whose modes a
+  carried loop's slow attention modes are, and linear response with the stream held
+  (`python studies/weight_tied timescales`).
 - `verdict.py`: `bootstrap_ci`, `holm`, the first four `CRITERIA` and `verdict`.
 - `protocol.py`: `PROTOCOL` (criteria, preconditions, admissible criteria per family,
   decision rule; from 1.2 the noise, dose and control rules: `gate_by_noise`,
@@ -64,6 +67,11 @@ from .evidence_held_response import (
 from .evidence_response import (
     LinearResponse as LinearResponse,
     linear_response as linear_response,
+)
+from .evidence_timescales import (
+    LoopTimescales as LoopTimescales,
+    attention_block_response as attention_block_response,
+    loop_timescales as loop_timescales,
 )
 from .fixed_point import (
     FixedPointReport as FixedPointReport,

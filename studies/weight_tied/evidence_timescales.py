@@ -16,6 +16,17 @@ rates $s = \\log(\\lambda)/h$: a criterion that reads the slow modes of the atte
 (`linear_response`, `held_score_response`) reads the attention's own dynamics only where
 they are labelled "attention"; where they are "stream", the attention follows a slower
 residual stream and the criterion measures the stream.
+
+With the scores held each attention row and head evolves on its own, so $J_{cc}$ is block
+diagonal over them and one row's own modes are the eigenvectors of $J_{cc}$ that carry its
+attention: those are the attention side a row's modes are compared with (the rates of
+other rows and heads would make any rate look like an attention one).
+
+`attention_block_response` is `linear_response` on $J_{cc}$ alone: the model's own carried
+attention map with the stream held. For a Fisher loop it is the held-score Fisher map at
+$C = 0$, so the criterion must say YES there and return the loop's learned $(m, \\gamma)$
+(a control of the instrument on the trained model itself); a NO on the full $J$ beside a
+YES on $J_{cc}$ locates the disagreement in the coupling through the stream.
 """
 
 from __future__ import annotations
@@ -25,7 +36,11 @@ import numpy as np
 
 from jaxtyping import ArrayLike, Float
 
-__all__ = ["LoopTimescales", "loop_timescales"]
+from fisherdyn import AbstractEntropy
+
+from .evidence_response import LinearResponse, linear_response
+
+__all__ = ["LoopTimescales", "attention_block_response", "loop_timescales"]
 
 LABELS = ("stream", "attention", "mixed")
 
@@ -37,11 +52,13 @@ class LoopTimescales(eqx.Module):
     - `rates` `(k,)`: the rates $\\log(\\lambda)/h$ of the `k` slowest attention-bearing
       eigenvalues of $J$ (largest real part first).
     - `stream_distance`, `attention_distance` `(k,)`: the distance of each to the nearest
-      rate of $J_{xx}$ and of $J_{cc}$, relative to $|s|$.
+      rate of $J_{xx}$ and of the read row's own modes of $J_{cc}$ (those that carry its
+      attention), relative to $|s|$.
     - `labels` `(k,)`: "stream" or "attention" where that distance is at most `tol` and the
       other's is not; else "mixed".
-    - `slowest_stream`, `slowest_attention`: the largest real part among $J_{xx}$'s and
-      $J_{cc}$'s rates (the slowest decay of each side alone).
+    - `slowest_stream`, `slowest_attention`: the largest real part among $J_{xx}$'s rates
+      and among the read row's own rates of $J_{cc}$ (the slowest decay of each side
+      alone).
     - `off_support` `(k,)`: each mode's share of its attention component $\\|R v\\|^2$ on
       keys whose fixed-point weight is below `support_tol` (NaN without `rho_star`).
     """
@@ -101,7 +118,14 @@ def loop_timescales(
     order = np.argsort(-s.real)[:k]
     s, U = s[order], U[:, order]
     sx = _rates(np.linalg.eigvals(J[:n, :n]), step)
-    sc = _rates(np.linalg.eigvals(J[n:, n:]), step)
+    lam_c, V_c = np.linalg.eig(J[n:, n:])
+    att_c = np.linalg.norm(R[:, n:] @ V_c, axis=0)
+    if not np.any(att_c > 0):
+        raise ValueError("the readout reads none of the attention state's modes (its block "
+                         "on the attention state is zero)")
+    big_c = np.abs(lam_c) >= min_eigenvalue * np.max(np.abs(lam_c))
+    own = big_c & (att_c >= attention_tol * np.max(att_c[big_c] if big_c.any() else att_c))
+    sc = _rates(lam_c[own], step)
     scale = np.maximum(np.abs(s), 1e-300)
     dx = np.min(np.abs(s[:, None] - sx[None, :]), axis=1) / scale
     dc = np.min(np.abs(s[:, None] - sc[None, :]), axis=1) / scale
@@ -117,3 +141,32 @@ def loop_timescales(
         off = np.sum(w[rho < support_tol], axis=0) / np.maximum(np.sum(w, axis=0), 1e-300)
     return LoopTimescales(s, dx, dc, labels, float(np.max(sx.real)), float(np.max(sc.real)),
                           off)
+
+
+def attention_block_response(
+    jacobian: Float[ArrayLike, "D D"],
+    n_stream: int,
+    readout: Float[ArrayLike, "N D"],
+    rho_star: Float[ArrayLike, " N"],
+    entropy: AbstractEntropy,
+    T: float,
+    *,
+    step: float,
+    scores: Float[ArrayLike, " N"] | None = None,
+) -> LinearResponse:
+    """`linear_response` of the attention state's own map $J_{cc}$ (the loop map with the
+    residual stream held; the first `n_stream` coordinates of `jacobian` are the stream),
+    read through the readout's block on the attention state (module docstring). The other
+    arguments are `linear_response`'s.
+    """
+    J = np.asarray(jacobian, np.float64)
+    R = np.asarray(readout, np.float64)
+    n = int(n_stream)
+    if J.ndim != 2 or J.shape[0] != J.shape[1] or R.ndim != 2 or R.shape[1] != J.shape[0]:
+        raise ValueError(f"need a square jacobian (D, D) and readout (N, D); got {J.shape}, "
+                         f"{R.shape}")
+    if not 0 < n < J.shape[0]:
+        raise ValueError(f"n_stream must split the state (0 < n_stream < {J.shape[0]}); got "
+                         f"{n_stream}")
+    return linear_response(J[n:, n:], rho_star, entropy, T, step=step, readout=R[:, n:],
+                           scores=scores)

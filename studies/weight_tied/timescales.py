@@ -6,7 +6,9 @@ Takes the pilot's design, recipe and `--seeds`/`--families` options and reads th
 from the weight cache (it trains nothing; a seed without a model is listed with its
 reason). Per model it linearizes the loop at the state after 16L loops for the first
 `--jacobians` problems and, per problem and head, labels the `--modes` slowest
-attention-bearing modes:
+attention-bearing modes, and reads `linear_response` on the whole loop map beside it on the
+attention state's own map with the stream held (`attention_block_response`), whose fitted
+$(m, \\gamma)$ are compared with the loop's learned ones:
 
     python studies/weight_tied timescales $D --loop-kind fisher --mass 0.1 --damping 1 \\
         --substeps 5 --seeds 0-7 --families shannon tsallis kaniadakis \\
@@ -20,28 +22,55 @@ import textwrap
 
 import numpy as np
 
-from .evidence_timescales import LABELS, loop_timescales
+from .evidence_response import linear_response
+from .evidence_timescales import LABELS, attention_block_response, loop_timescales
 from .pilot import design_of, design_title, parser, recipe_of, trained, write_outputs
 
 
+def _response(fn, *args, **kw) -> dict:
+    """A `linear_response` as its statistic and fitted (m, gamma), or why not evaluable."""
+    try:
+        lr = fn(*args, **kw)
+    except ValueError as err:
+        return dict(max_error=None, mass=None, damping=None, not_evaluable=str(err))
+    ok = lr.not_evaluable is None and np.isfinite(lr.max_error)
+    return dict(max_error=float(lr.max_error) if ok else None,
+                mass=float(lr.mass) if ok else None,
+                damping=float(lr.damping) if ok else None,
+                not_evaluable=lr.not_evaluable if lr.not_evaluable is not None
+                else None if ok else "no rate besides the fitted ones")
+
+
 def model_timescales(model, tokens, n_loops, n_jacobian, modes) -> dict:
-    """Every linearized problem's and head's `loop_timescales` of one model, as lists."""
+    """Every linearized problem's and head's `loop_timescales` of one model, and
+    `linear_response` on the whole loop map (the study's statistic) beside it on the
+    attention state's own map (`attention_block_response`), as lists."""
     from .fixed_point import fixed_point_report
 
     rep = fixed_point_report(model, tokens, n_loops, n_jacobian=n_jacobian)
     n_stream = tokens.shape[1] * model.d_model  # the stream x comes first in the flat state
+    dyn = model.dynamics_parameters()
     out = []
     for k in range(rep.jacobian.shape[0]):
         for h in range(model.n_heads):
-            ts = loop_timescales(rep.jacobian[k], n_stream, rep.attn_jacobian[k, h],
-                                 step=model.dt, rho_star=rep.attn[k, h], k=modes)
+            J, R, rho = rep.jacobian[k], rep.attn_jacobian[k, h], rep.attn[k, h]
+            ts = loop_timescales(J, n_stream, R, step=model.dt, rho_star=rho, k=modes)
+            # the head's own T: (m, gamma) fitted with it are the loop's learned ones
+            T = float(dyn["T"][h])
+            kw = dict(step=model.dt, scores=rep.scores[k, h])
             out.append(dict(problem=k, head=h, rates=[[z.real, z.imag] for z in ts.rates],
                             labels=list(ts.labels),
                             stream_distance=ts.stream_distance.tolist(),
                             attention_distance=ts.attention_distance.tolist(),
                             off_support=ts.off_support.tolist(),
                             slowest_stream=ts.slowest_stream,
-                            slowest_attention=ts.slowest_attention))
+                            slowest_attention=ts.slowest_attention,
+                            learned=dict(mass=float(dyn["mass"][h]),
+                                         damping=float(dyn["damping"][h]), T=T),
+                            response=_response(linear_response, J, rho, model.entropy, T,
+                                               readout=R, **kw),
+                            held_stream=_response(attention_block_response, J, n_stream, R,
+                                                  rho, model.entropy, T, **kw)))
     return dict(heads=out, spectral_radius=rep.spectral_radius.tolist())
 
 
@@ -63,12 +92,33 @@ def summary(models: list[dict]) -> dict:
         attention_modes_off_support=(None if not att_off
                                      else dict(median=float(np.median(att_off)),
                                                min=float(np.min(att_off)),
-                                               max=float(np.max(att_off)))))
+                                               max=float(np.max(att_off)))),
+        response=_responses(models, "response"),
+        held_stream=_responses(models, "held_stream"))
+
+
+def _responses(models: list[dict], which: str) -> dict:
+    """One response form over a family's models: how many problem-heads say YES (the
+    protocol's <= 0.2), the per-seed medians, and how far the fitted (m, gamma) lie from
+    the loop's learned ones (relative)."""
+    rs = [(h[which], h["learned"]) for m in models for h in m["heads"]]
+    ok = [(r, le) for r, le in rs if r["max_error"] is not None]
+    err = np.array([r["max_error"] for r, _ in ok])
+    off = {k: np.array([abs(r[k] / le[k] - 1) for r, le in ok if r["mass"] > 0])
+           for k in ("mass", "damping")}
+    by_seed = [[h[which]["max_error"] for h in m["heads"] if h[which]["max_error"] is not None]
+               for m in models]
+    return dict(
+        problem_heads=len(rs), evaluable=len(ok), yes=int(np.sum(err <= 0.2)),
+        median_by_seed=[float(np.median(b)) if b else None for b in by_seed],
+        first_order_fits=int(sum(r["mass"] == 0 for r, _ in ok)),
+        **{f"{k}_off_learned": (None if not len(v) else dict(
+            median=float(np.median(v)), max=float(np.max(v)))) for k, v in off.items()})
 
 
 def figure(plt, out: dict, title: str):
     fams = [f for f in out["families"] if out["models"][f]]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.6))
     for i, fam in enumerate(fams):
         s = out["families"][fam]
         x = np.asarray(s["seeds"]) + (i - (len(fams) - 1) / 2) * 0.15
@@ -86,7 +136,17 @@ def figure(plt, out: dict, title: str):
             axes[1].scatter([xi], [labs.count("attention") / n], color=f"C{i}", marker="o",
                             facecolors="none",
                             label=f"{fam}: attention" if xi == x[0] else None)
+        for which, face, name in (("response", None, "whole loop"),
+                                  ("held_stream", "none", "stream held")):
+            med = np.array([np.nan if v is None else v for v in s[which]["median_by_seed"]])
+            axes[2].scatter(x, med, color=f"C{i}", facecolors=face, marker="s",
+                            label=f"{fam}: {name}")
     axes[0].axhline(1, color="gray", ls="--", lw=1)
+    axes[2].axhline(0.2, color="gray", ls="--", lw=1)
+    axes[2].set(yscale="log", xlabel="seed",
+                title="linear response (largest relative rate error; YES <= 0.2, dashed),\n"
+                      "median of problems and heads: the whole loop map (filled) and the "
+                      "attention state's own map, stream held (open)")
     axes[0].set(yscale="log", xlabel="seed", ylim=(5e-4, None),
                 title="slowest decay rate, attention state alone / stream alone\n(median of "
                       "problems and heads; above 1: the attention is faster)")
@@ -140,6 +200,11 @@ def main(argv=None):
             labs = [h["labels"][0] for h in m["heads"] if h["labels"]]
             ratio = np.median([h["slowest_attention"] / h["slowest_stream"]
                                for h in m["heads"]])
+            held = [h["held_stream"]["max_error"] for h in m["heads"]]
+            whole = [h["response"]["max_error"] for h in m["heads"]]
+            fmt = lambda v: ", ".join("n/e" if e is None else f"{e:.2g}" for e in v)  # noqa
+            log(f"{family}, seed {seed}: linear response, whole loop: {fmt(whole)}; stream "
+                f"held: {fmt(held)}")
             log(f"{family}, seed {seed}: slowest attention-bearing mode is the stream's in "
                 f"{labs.count('stream')}, the attention state's in {labs.count('attention')}, "
                 f"mixed in {labs.count('mixed')} of {len(labs)} problem-heads; attention alone "
@@ -150,6 +215,12 @@ def main(argv=None):
         if done:
             out["families"][family] = s = summary(done)
             log(f"{family}: slowest mode {s['slowest_mode']}; all read modes {s['all_modes']}")
+            for which in ("response", "held_stream"):
+                r = s[which]
+                log(f"{family}: linear response ({which}): YES in {r['yes']} of "
+                    f"{r['evaluable']} evaluable problem-heads (of {r['problem_heads']}); "
+                    f"fitted mass off the learned {r['mass_off_learned']}, damping "
+                    f"{r['damping_off_learned']}")
     draw = None
     if any(out["models"].values()):
         first = next(m for ms in out["models"].values() for m in ms)
