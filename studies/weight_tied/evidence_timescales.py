@@ -76,6 +76,23 @@ def _rates(lam, step):
     return np.log(lam.astype(complex)) / step
 
 
+def _split(jacobian, n_stream, readout):
+    """The checked float64 `jacobian` `(D, D)` and `readout` `(N, D)`, and the stream's size."""
+    J = np.asarray(jacobian, np.float64)
+    R = np.asarray(readout, np.float64)
+    D = J.shape[0] if J.ndim == 2 else -1
+    if J.ndim != 2 or J.shape != (D, D) or R.ndim != 2 or R.shape[1] != D:
+        raise ValueError(f"need a square jacobian (D, D) and readout (N, D); got {J.shape}, "
+                         f"{R.shape}")
+    if not 0 < int(n_stream) < D:
+        raise ValueError(f"n_stream must split the state (0 < n_stream < {D}); got "
+                         f"{n_stream}: a loop without a carried attention state has no "
+                         "attention timescale of its own")
+    if not (np.all(np.isfinite(J)) and np.all(np.isfinite(R))):
+        raise ValueError("jacobian and readout must be finite")
+    return J, R, int(n_stream)
+
+
 def loop_timescales(
     jacobian: Float[ArrayLike, "D D"],
     n_stream: int,
@@ -97,19 +114,7 @@ def loop_timescales(
     `held_score_response` (attention component at least `attention_tol` of the largest,
     eigenvalue modulus at least `min_eigenvalue` of the largest). `step`: the loop's $h$.
     """
-    J = np.asarray(jacobian, np.float64)
-    R = np.asarray(readout, np.float64)
-    D = J.shape[0]
-    if J.ndim != 2 or J.shape != (D, D) or R.ndim != 2 or R.shape[1] != D:
-        raise ValueError(f"need a square jacobian (D, D) and readout (N, D); got {J.shape}, "
-                         f"{R.shape}")
-    if not 0 < int(n_stream) < D:
-        raise ValueError(f"n_stream must split the state (0 < n_stream < {D}); got "
-                         f"{n_stream}: a loop without a carried attention state has no "
-                         "attention timescale of its own")
-    if not (np.all(np.isfinite(J)) and np.all(np.isfinite(R))):
-        raise ValueError("jacobian and readout must be finite")
-    n = int(n_stream)
+    J, R, n = _split(jacobian, n_stream, readout)
     lam, V = np.linalg.eig(J)
     att = np.linalg.norm(R @ V, axis=0)
     big = np.abs(lam) >= min_eigenvalue * np.max(np.abs(lam))
@@ -124,7 +129,7 @@ def loop_timescales(
         raise ValueError("the readout reads none of the attention state's modes (its block "
                          "on the attention state is zero)")
     big_c = np.abs(lam_c) >= min_eigenvalue * np.max(np.abs(lam_c))
-    own = big_c & (att_c >= attention_tol * np.max(att_c[big_c] if big_c.any() else att_c))
+    own = big_c & (att_c >= attention_tol * np.max(att_c[big_c]))
     sc = _rates(lam_c[own], step)
     scale = np.maximum(np.abs(s), 1e-300)
     dx = np.min(np.abs(s[:, None] - sx[None, :]), axis=1) / scale
@@ -159,14 +164,6 @@ def attention_block_response(
     read through the readout's block on the attention state (module docstring). The other
     arguments are `linear_response`'s.
     """
-    J = np.asarray(jacobian, np.float64)
-    R = np.asarray(readout, np.float64)
-    n = int(n_stream)
-    if J.ndim != 2 or J.shape[0] != J.shape[1] or R.ndim != 2 or R.shape[1] != J.shape[0]:
-        raise ValueError(f"need a square jacobian (D, D) and readout (N, D); got {J.shape}, "
-                         f"{R.shape}")
-    if not 0 < n < J.shape[0]:
-        raise ValueError(f"n_stream must split the state (0 < n_stream < {J.shape[0]}); got "
-                         f"{n_stream}")
+    J, R, n = _split(jacobian, n_stream, readout)
     return linear_response(J[n:, n:], rho_star, entropy, T, step=step, readout=R[:, n:],
                            scores=scores)

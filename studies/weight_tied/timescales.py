@@ -22,17 +22,15 @@ import textwrap
 
 import numpy as np
 
-from .evidence_response import linear_response
 from .evidence_timescales import LABELS, attention_block_response, loop_timescales
 from .pilot import design_of, design_title, parser, recipe_of, trained, write_outputs
 
 
-def _response(fn, *args, **kw) -> dict:
-    """A `linear_response` as its statistic and fitted (m, gamma), or why not evaluable."""
-    try:
-        lr = fn(*args, **kw)
-    except ValueError as err:
-        return dict(max_error=None, mass=None, damping=None, not_evaluable=str(err))
+def _response(lr) -> dict:
+    """A `LinearResponse` as its statistic and fitted (m, gamma), or why not evaluable (a
+    string: the reason it could not be formed)."""
+    if isinstance(lr, str):
+        return dict(max_error=None, mass=None, damping=None, not_evaluable=lr)
     ok = lr.not_evaluable is None and np.isfinite(lr.max_error)
     return dict(max_error=float(lr.max_error) if ok else None,
                 mass=float(lr.mass) if ok else None,
@@ -46,10 +44,13 @@ def model_timescales(model, tokens, n_loops, n_jacobian, modes) -> dict:
     `linear_response` on the whole loop map (the study's statistic) beside it on the
     attention state's own map (`attention_block_response`), as lists."""
     from .fixed_point import fixed_point_report
+    from .study import linear_responses
 
     rep = fixed_point_report(model, tokens, n_loops, n_jacobian=n_jacobian)
     n_stream = tokens.shape[1] * model.d_model  # the stream x comes first in the flat state
     dyn = model.dynamics_parameters()
+    reasons = []
+    whole = iter(linear_responses(model, rep, reasons.append))
     out = []
     for k in range(rep.jacobian.shape[0]):
         for h in range(model.n_heads):
@@ -57,7 +58,12 @@ def model_timescales(model, tokens, n_loops, n_jacobian, modes) -> dict:
             ts = loop_timescales(J, n_stream, R, step=model.dt, rho_star=rho, k=modes)
             # the head's own T: (m, gamma) fitted with it are the loop's learned ones
             T = float(dyn["T"][h])
-            kw = dict(step=model.dt, scores=rep.scores[k, h])
+            try:
+                held = attention_block_response(J, n_stream, R, rho, model.entropy, T,
+                                                 step=model.dt, scores=rep.scores[k, h])
+            except ValueError as err:
+                held = str(err)
+            lr = next(whole)
             out.append(dict(problem=k, head=h, rates=[[z.real, z.imag] for z in ts.rates],
                             labels=list(ts.labels),
                             stream_distance=ts.stream_distance.tolist(),
@@ -67,10 +73,8 @@ def model_timescales(model, tokens, n_loops, n_jacobian, modes) -> dict:
                             slowest_attention=ts.slowest_attention,
                             learned=dict(mass=float(dyn["mass"][h]),
                                          damping=float(dyn["damping"][h]), T=T),
-                            response=_response(linear_response, J, rho, model.entropy, T,
-                                               readout=R, **kw),
-                            held_stream=_response(attention_block_response, J, n_stream, R,
-                                                  rho, model.entropy, T, **kw)))
+                            response=_response(str(reasons.pop(0)) if lr is None else lr),
+                            held_stream=_response(held)))
     return dict(heads=out, spectral_radius=rep.spectral_radius.tolist())
 
 
@@ -99,8 +103,8 @@ def summary(models: list[dict]) -> dict:
 
 def _responses(models: list[dict], which: str) -> dict:
     """One response form over a family's models: how many problem-heads say YES (the
-    protocol's <= 0.2), the per-seed medians, and how far the fitted (m, gamma) lie from
-    the loop's learned ones (relative)."""
+    protocol's <= 0.2), the per-seed medians, and how far the fitted (m, gamma) of the
+    inertial fits (m > 0) lie from the loop's learned ones (relative)."""
     rs = [(h[which], h["learned"]) for m in models for h in m["heads"]]
     ok = [(r, le) for r, le in rs if r["max_error"] is not None]
     err = np.array([r["max_error"] for r, _ in ok])
