@@ -13,17 +13,44 @@ $(m, \\gamma)$ are compared with the loop's learned ones:
     python studies/weight_tied timescales $D --loop-kind fisher --mass 0.1 --damping 1 \\
         --substeps 5 --seeds 0-7 --families shannon tsallis kaniadakis \\
         --json figures/weight_tied_timescales.json --figure figures/weight_tied_timescales.png
+
+`--resume` takes a model's result from earlier `--json` files of this command when its
+design, training recipe and settings (`--modes`, `--jacobians`, `--fp-problems`) match, so
+that a seed trained later joins the summary without the others' weights being needed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import textwrap
 
 import numpy as np
 
 from .evidence_timescales import LABELS, attention_block_response, loop_timescales
 from .pilot import design_of, design_title, parser, recipe_of, trained, write_outputs
+
+
+def _key(config: dict, recipe: dict, settings: dict) -> str:
+    """What identifies one model's timescales result (through JSON, so that a result read
+    back from a file matches the one it was written from)."""
+    return json.dumps(json.loads(json.dumps(
+        dict(config=config, recipe=recipe, settings=settings), default=float)), sort_keys=True)
+
+
+def earlier_timescales(paths) -> dict[str, tuple[dict, str]]:
+    """The per-model results of earlier `timescales --json` files, keyed by `_key`, each with
+    the file it came from. A result without its design (`config`) cannot be matched and is
+    left out."""
+    found = {}
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        for results in data.get("models", {}).values():
+            for r in results:
+                if "config" in r:
+                    found[_key(r["config"], r["recipe"], data["settings"])] = (r, path)
+    return found
 
 
 def _response(lr) -> dict:
@@ -186,12 +213,18 @@ def main(argv=None):
                          "attention is a function of the stream, with no timescale of its own")
     out = dict(families={}, models={}, without_a_model={}, settings=dict(
         modes=args.modes, jacobians=args.jacobians, fp_problems=args.fp_problems))
+    earlier = earlier_timescales(args.resume)
     for family in args.families or [args.family]:
         done, missing = [], {}
         for seed in (args.seeds if args.seeds is not None else (args.seed,)):
             one = argparse.Namespace(**dict(vars(args), seed=seed, family=family))
             cfg = design_of(one)
             L = cfg.n_loops
+            key = _key(cfg.fingerprint(), recipe_of(one), out["settings"])
+            if key in earlier:
+                log(f"{family}, seed {seed}: result reused from {earlier[key][1]}")
+                done.append(earlier[key][0])
+                continue
             try:
                 tr = trained(one, cfg, cached_only=True, progress=False)
             except (LookupError, FloatingPointError) as err:
@@ -201,7 +234,8 @@ def main(argv=None):
             tokens = jnp.asarray(task_batch(cfg, jr.PRNGKey(5), args.fp_problems).tokens,
                                  jnp.float64)
             m = dict(model_timescales(to_f64(tr.model), tokens, 16 * L, args.jacobians,
-                                      args.modes), seed=seed, recipe=recipe_of(one))
+                                      args.modes), seed=seed, recipe=recipe_of(one),
+                     config=cfg.fingerprint())
             labs = [h["labels"][0] for h in m["heads"] if h["labels"]]
             ratio = np.median([h["slowest_attention"] / h["slowest_stream"]
                                for h in m["heads"]])

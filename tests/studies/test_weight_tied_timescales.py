@@ -189,5 +189,13 @@ def test_timescales_command_reads_cached_fisher_loops(tmp_path, monkeypatch):
     assert sum(s["slowest_mode"].values()) == 2 and len(s["speed_ratio_by_seed"]) == 1
     assert json.loads((tmp_path / "t.json").read_text())["settings"]["modes"] == 3
     assert (tmp_path / "t.png").stat().st_size > 0
+    # --resume: with the weights gone, the earlier result is reused where the settings
+    # match and not where they differ (the seed then has no model)
+    monkeypatch.setenv("FISHERDYN_CACHE", str(tmp_path / "empty"))
+    again = main(tiny + ["--seeds", "0", "--modes", "3", "--resume", str(tmp_path / "t.json")])
+    assert again["models"]["shannon"] == json.loads((tmp_path / "t.json").read_text())[
+        "models"]["shannon"]
+    other = main(tiny + ["--seeds", "0", "--modes", "2", "--resume", str(tmp_path / "t.json")])
+    assert other["models"]["shannon"] == [] and "0" in other["without_a_model"]["shannon"]
     with pytest.raises(SystemExit, match="no carried attention state"):
         main(tiny[:-6])
