@@ -78,7 +78,6 @@ def loop_options(args) -> dict:
 
 
 def pilot(args, log=print) -> dict:
-    import jax
     import jax.numpy as jnp
     import jax.random as jr
 
@@ -90,7 +89,7 @@ def pilot(args, log=print) -> dict:
     from .protocol import PRECONDITIONS, PROTOCOL_VERSION
     from .study import depth_paths, preconditions, to_f64
     from .task import task_batch
-    from .training import carried_parameters
+    from .training import carried_parameters, host_of
 
     cfg = design_of(args)
     L = cfg.n_loops
@@ -139,7 +138,7 @@ def pilot(args, log=print) -> dict:
         + ("all hold" if not failed else "; ".join(failed)))
     follows = describe(fd, m, cfg, args, log) if args.follow else None
     return dict(follow=follows, config=cfg.fingerprint(), recipe=recipe_of(args),
-                evaluation=evaluation_of(args), host=host_of(jax), carried=carried,
+                evaluation=evaluation_of(args), host=host_of(), carried=carried,
                 # the run that trained the weights (a cached model keeps its own numbers)
                 training=dict(seconds=tr.seconds, step_ms=tr.step_ms, cached=tr.from_cache),
                 accuracy=tr.accuracy,
@@ -195,23 +194,6 @@ def evaluation_of(args) -> dict:
     return dict(problems=args.problems, fp_problems=args.fp_problems,
                 jacobians=args.jacobians, follow=args.follow,
                 follow_problems=args.follow_problems if args.follow else None)
-
-
-def host_of(jax) -> dict:
-    """Where a result was computed: JAX's version, its backend and the processor. The same
-    seed trains to different weights on a processor whose floating-point kernels differ."""
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            info = {k.strip(): v.strip() for k, v in
-                    (line.split(":", 1) for line in f if ":" in line)}  # the last core's
-    except OSError:  # not Linux
-        info = {}
-    cpu = info.get("model name", cpu)
-    cpu += " (AVX-512)" if "avx512f" in info.get("flags", "").split() else ""
-    return dict(jax=jax.__version__, backend=jax.default_backend(), cpu=cpu)
 
 
 def result_key(config: dict, recipe: dict, evaluation: dict) -> str:

@@ -280,6 +280,23 @@ def _store(trained, weights_path, meta_path, blob):
     atomic_write(meta_path, lambda f: f.write(json.dumps(meta).encode()))
 
 
+def host_of() -> dict:
+    """Where a result was computed: JAX's version, its backend and the processor. The same
+    seed trains to different weights on a processor whose floating-point kernels differ."""
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = {k.strip(): v.strip() for k, v in
+                    (line.split(":", 1) for line in f if ":" in line)}  # the last core's
+    except OSError:  # not Linux
+        info = {}
+    cpu = info.get("model name", cpu)
+    cpu += " (AVX-512)" if "avx512f" in info.get("flags", "").split() else ""
+    return dict(jax=jax.__version__, backend=jax.default_backend(), cpu=cpu)
+
+
 def divergence_path(weights_path: pathlib.Path) -> pathlib.Path:
     """The cache's record of a training that diverged, beside the weights it did not write."""
     return weights_path.with_name(weights_path.stem + ".diverged.json")
@@ -420,6 +437,9 @@ def train_looped(
                                                     k_data, steps=int(steps), **recipe_kw)
         except FloatingPointError as err:
             where = f"stage {len(history) + 1} of {len(stages) + 1}: " if stages else ""
+            host = host_of()
+            # the same seed diverges at another step (or not at all) on another processor
+            err = f"{err} (on {host['cpu']}, JAX {host['jax']}, {host['backend']})"
             if use_cache:
                 # an hour's training that diverged is a result too: `cached_only` reports it
                 _record_divergence(weights_path, blob, where + str(err))

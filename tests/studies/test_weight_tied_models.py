@@ -7,6 +7,7 @@ layers and their dynamics alone are library tests: tests/test_fisher_loop.py.
 import dataclasses
 import json
 import pathlib
+import re
 
 import equinox as eqx
 import jax
@@ -954,6 +955,8 @@ def test_training_that_diverges_stops_and_caches_only_a_record(tmp_path):
     h = cfg.step / (cfg.n_loops * cfg.substeps)
     assert f"(at the start {h * 1.0 / 0.5:.3g})" in str(err.value)
     assert "h * damping/mass = " in str(err.value)
+    # and the processor it diverged on (the same seed trains differently on another)
+    assert re.search(r"\(on .+, JAX \d", str(err.value))
     tr = train_looped(cfg, steps=5, batch=4, cache_dir=tmp_path, progress=False)
     assert np.all(np.isfinite(tr.loss_history)) and len(list(tmp_path.iterdir())) == 2
     # a training that succeeds removes its recipe's stale record
