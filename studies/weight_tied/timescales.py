@@ -28,20 +28,14 @@ import textwrap
 import numpy as np
 
 from .evidence_timescales import LABELS, attention_block_response, loop_timescales
-from .pilot import design_of, design_title, parser, recipe_of, trained, write_outputs
-
-
-def _key(config: dict, recipe: dict, settings: dict) -> str:
-    """What identifies one model's timescales result (through JSON, so that a result read
-    back from a file matches the one it was written from)."""
-    return json.dumps(json.loads(json.dumps(
-        dict(config=config, recipe=recipe, settings=settings), default=float)), sort_keys=True)
+from .pilot import (design_of, design_title, parser, recipe_of, result_key, trained,
+                    write_outputs)
 
 
 def earlier_timescales(paths) -> dict[str, tuple[dict, str]]:
-    """The per-model results of earlier `timescales --json` files, keyed by `_key`, each with
-    the file it came from. A result without its design (`config`) cannot be matched and is
-    left out."""
+    """The per-model results of earlier `timescales --json` files, keyed by the pilot's
+    `result_key` (the file's settings as the evaluation), each with the file it came
+    from. A result without its design (`config`) cannot be matched and is left out."""
     found = {}
     for path in paths:
         with open(path) as f:
@@ -49,7 +43,7 @@ def earlier_timescales(paths) -> dict[str, tuple[dict, str]]:
         for results in data.get("models", {}).values():
             for r in results:
                 if "config" in r:
-                    found[_key(r["config"], r["recipe"], data["settings"])] = (r, path)
+                    found[result_key(r["config"], r["recipe"], data["settings"])] = (r, path)
     return found
 
 
@@ -220,7 +214,7 @@ def main(argv=None):
             one = argparse.Namespace(**dict(vars(args), seed=seed, family=family))
             cfg = design_of(one)
             L = cfg.n_loops
-            key = _key(cfg.fingerprint(), recipe_of(one), out["settings"])
+            key = result_key(cfg.fingerprint(), recipe_of(one), out["settings"])
             if key in earlier:
                 log(f"{family}, seed {seed}: result reused from {earlier[key][1]}")
                 done.append(earlier[key][0])
