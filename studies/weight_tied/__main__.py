@@ -4,7 +4,9 @@
 linear_response on loops whose scores respond to the attention;
 `python studies/weight_tied pilot [options]`: train one model and print its preconditions;
 `python studies/weight_tied timescales [pilot options]`: whose modes the slow attention
-modes of cached carried-attention models are (the stream's or the attention state's)."""
+modes of cached carried-attention models are (the stream's or the attention state's);
+`python studies/weight_tied divergence [pilot options]`: where the training those options
+ran diverged, and whether its RK4 substeps were stable there."""
 
 import sys
 from pathlib import Path
@@ -26,6 +28,10 @@ elif sys.argv[1:2] == ["calibrate-feedback"]:
     main(sys.argv[2:])
 elif sys.argv[1:2] == ["pilot"]:
     from weight_tied.pilot import main  # noqa: E402
+
+    main(sys.argv[2:])
+elif sys.argv[1:2] == ["divergence"]:
+    from weight_tied.divergence import main  # noqa: E402
 
     main(sys.argv[2:])
 elif sys.argv[1:2] == ["timescales"]:

@@ -35,7 +35,8 @@ from .model import LoopedConfig, LoopedTransformer, _shell, _with_config, init_l
 from .paths import evaluate_looped
 from .task import task_batch
 
-__all__ = ["TrainedLooped", "train_looped"]
+__all__ = ["DivergedStep", "TrainedLooped", "TrainingDiverged", "replay_divergence",
+           "train_looped"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +62,17 @@ class TrainedLooped:
     step_ms: float
     from_cache: bool
     path: str | None
+
+
+class TrainingDiverged(FloatingPointError):
+    """A training step whose loss is not finite. `model` holds the weights before that
+    step (all finite: the loss is computed from them), `step` its index in its stage
+    (from 0) and `loops` its drawn loop count (None: the config's L), so the step can be
+    replayed (`replay_divergence`)."""
+
+    def __init__(self, message, model, step, loops):
+        super().__init__(message)
+        self.model, self.step, self.loops = model, step, loops
 
 
 def _loss_fn(model, tokens, labels, first):
@@ -196,12 +208,13 @@ def _optimize(model, config, k_data, *, steps, batch, lr, weight_decay, loss_fro
         losses[i] = float(loss)
         if not np.isfinite(losses[i]):
             # a diverged model is never cached or returned: every later step would be NaN too
-            raise FloatingPointError(
+            raise TrainingDiverged(
                 f"training diverged: the loss is {losses[i]} at step {i + 1} of {steps} "
                 f"({config.entropy!r}, loop_kind {config.loop_kind!r}); no weights were cached. "
                 + carried_rates(before, config)
                 + "Try a smaller learning rate; for a Fisher loop, whose explicit RK4 substeps "
-                "must resolve the rates it learns, also more substeps or a larger mass")
+                "must resolve the rates it learns, also more substeps or a larger mass",
+                before, i, None if n is None else int(n))
         now = time.perf_counter()
         durations[i], last = now - last, now
         if bar is not None:
@@ -302,10 +315,49 @@ def divergence_path(weights_path: pathlib.Path) -> pathlib.Path:
     return weights_path.with_name(weights_path.stem + ".diverged.json")
 
 
-def _record_divergence(weights_path, blob, message):
-    record = dict(json.loads(blob), message=message)
+def _diverged_weights_path(weights_path: pathlib.Path) -> pathlib.Path:
+    return weights_path.with_name(weights_path.stem + ".diverged.eqx")
+
+
+def _record_divergence(weights_path, blob, message, model, where):
+    atomic_write(_diverged_weights_path(weights_path),
+                 lambda f: eqx.tree_serialise_leaves(f, model))
+    record = dict(json.loads(blob), message=message, **where)
     atomic_write(divergence_path(weights_path),
                  lambda f: f.write(json.dumps(record).encode()))
+
+
+def _plan(config, *, seed, steps, batch, lr, weight_decay, loss_from, eval_batch, loops,
+          residual_penalty, residual, curriculum):
+    """`train_looped`'s arguments checked: `(loops, stages, recipe)`, the loop range (None:
+    the config's L), the curriculum's `[(config, steps)]` and the recipe its cache key
+    holds."""
+    if steps < 1:
+        raise ValueError("steps must be >= 1")
+    if loops is not None and not isinstance(loops, int):
+        loops = (int(loops[0]), int(loops[1]))
+        if not 1 <= loops[0] <= loops[1]:
+            raise ValueError(f"loops must be (lo, hi) with 1 <= lo <= hi, got {loops}")
+    elif loops is not None and int(loops) != config.n_loops:
+        raise ValueError(f"loops={loops} as an int must be config.n_loops={config.n_loops}; "
+                         "use (lo, hi) for fixed-point training")
+    else:
+        loops = None
+    if residual_penalty and loops is None:
+        raise ValueError("residual_penalty needs loops=(lo, hi)")
+    if residual not in ("relative", "absolute"):
+        raise ValueError(f"residual must be 'relative' or 'absolute', got {residual!r}")
+    stages = _curriculum_configs(config, curriculum)
+    recipe = dict(seed=int(seed), steps=int(steps), batch=int(batch), lr=float(lr),
+                  weight_decay=float(weight_decay), loss_from=float(loss_from),
+                  eval_batch=int(eval_batch))
+    if loops is not None:  # only then in the key: the plain recipe keeps its cached weights
+        recipe.update(loops=list(loops), residual_penalty=float(residual_penalty))
+        if residual != "relative":  # only then: earlier recipes keep their cached weights
+            recipe.update(residual=residual)
+    if stages:  # only then: recipes without a curriculum keep their cached weights
+        recipe.update(curriculum=[[c.n_pairs, c.hops, n] for c, n in stages])
+    return loops, stages, recipe
 
 
 def train_looped(
@@ -380,31 +432,11 @@ def train_looped(
 
     A `TrainedLooped` (`.model`, `.accuracy`, `.loss_history`, `.seconds`, ...).
     """
-    if steps < 1:
-        raise ValueError("steps must be >= 1")
-    if loops is not None and not isinstance(loops, int):
-        loops = (int(loops[0]), int(loops[1]))
-        if not 1 <= loops[0] <= loops[1]:
-            raise ValueError(f"loops must be (lo, hi) with 1 <= lo <= hi, got {loops}")
-    elif loops is not None and int(loops) != config.n_loops:
-        raise ValueError(f"loops={loops} as an int must be config.n_loops={config.n_loops}; "
-                         "use (lo, hi) for fixed-point training")
-    else:
-        loops = None
-    if residual_penalty and loops is None:
-        raise ValueError("residual_penalty needs loops=(lo, hi)")
-    if residual not in ("relative", "absolute"):
-        raise ValueError(f"residual must be 'relative' or 'absolute', got {residual!r}")
-    stages = _curriculum_configs(config, curriculum)
-    recipe = dict(seed=int(seed), steps=int(steps), batch=int(batch), lr=float(lr),
-                  weight_decay=float(weight_decay), loss_from=float(loss_from),
-                  eval_batch=int(eval_batch))
-    if loops is not None:  # only then in the key: the plain recipe keeps its cached weights
-        recipe.update(loops=list(loops), residual_penalty=float(residual_penalty))
-        if residual != "relative":  # only then: earlier recipes keep their cached weights
-            recipe.update(residual=residual)
-    if stages:  # only then: recipes without a curriculum keep their cached weights
-        recipe.update(curriculum=[[c.n_pairs, c.hops, n] for c, n in stages])
+    loops, stages, recipe = _plan(config, seed=seed, steps=steps, batch=batch, lr=lr,
+                                  weight_decay=weight_decay, loss_from=loss_from,
+                                  eval_batch=eval_batch, loops=loops,
+                                  residual_penalty=residual_penalty, residual=residual,
+                                  curriculum=curriculum)
     k_init, k_data, k_eval = jr.split(jr.PRNGKey(seed), 3)
     if use_cache:
         root = default_cache_dir() if cache_dir is None else cache_dir
@@ -435,15 +467,18 @@ def train_looped(
                 seconds += sec
             model, losses, sec, step_ms = _optimize(_with_config(model, config), config,
                                                     k_data, steps=int(steps), **recipe_kw)
-        except FloatingPointError as err:
+        except TrainingDiverged as err:
             where = f"stage {len(history) + 1} of {len(stages) + 1}: " if stages else ""
             host = host_of()
             # the same seed diverges at another step (or not at all) on another processor
-            err = f"{err} (on {host['cpu']}, JAX {host['jax']}, {host['backend']})"
+            message = f"{err} (on {host['cpu']}, JAX {host['jax']}, {host['backend']})"
             if use_cache:
-                # an hour's training that diverged is a result too: `cached_only` reports it
-                _record_divergence(weights_path, blob, where + str(err))
-            raise FloatingPointError(where + str(err)) from None
+                # an hour's training that diverged is a result too: `cached_only` reports it,
+                # and the weights before the step let `replay_divergence` take it apart
+                _record_divergence(weights_path, blob, where + message, err.model,
+                                   dict(stage=len(history), step=err.step, loops=err.loops,
+                                        host=host))
+            raise FloatingPointError(where + message) from None
         losses, seconds = np.concatenate(history + [losses]), seconds + sec
         accuracy = evaluate_looped(model, k_eval, eval_batch)
     if progress:
@@ -454,4 +489,88 @@ def train_looped(
     if use_cache:
         _store(trained, weights_path, meta_path, blob)
         divergence_path(weights_path).unlink(missing_ok=True)
+        _diverged_weights_path(weights_path).unlink(missing_ok=True)
     return trained
+
+
+@dataclasses.dataclass(frozen=True)
+class DivergedStep:
+    """The training step at which a `train_looped` run diverged, rebuilt from its record.
+
+    **Fields:** `record` (the cache's record: message, stage, step, loops, host); `model`
+    (the weights before the step, under its stage's config); `tokens`, `labels` (the
+    step's batch); `loops` (its drawn loop count n) and `scan_loops` (the loops its
+    compiled step ran, n or more: loops past n carry zero weight in the loss);
+    `loss_terms` (`loss_from`, `penalty`, `absolute`); `loss`, the loss recomputed here.
+    """
+
+    record: dict
+    model: LoopedTransformer
+    tokens: np.ndarray
+    labels: np.ndarray
+    loops: int
+    scan_loops: int
+    loss_terms: dict
+    loss: float
+
+    def loss_under(self, **changes) -> float:
+        """The step's loss from the same weights and batch under the model's config with
+        `changes` (e.g. `substeps=10`: the same dynamics on finer RK4 substeps)."""
+        config = dataclasses.replace(self.model.config, **changes)
+        model = _with_config(self.model, config)
+        t = self.loss_terms
+        with _numeric_mode(config):
+            return float(eqx.filter_jit(_deq_loss_fn)(
+                model, jnp.asarray(self.tokens), jnp.asarray(self.labels),
+                jnp.asarray(self.loops, jnp.int32), t["loss_from"], self.scan_loops,
+                t["penalty"], t["absolute"]))
+
+
+def replay_divergence(config: LoopedConfig, *, seed: int = 0, steps: int = 1200,
+                      batch: int = 64, lr: float = 3e-3, weight_decay: float = 1e-4,
+                      loss_from: float = 0.5, eval_batch: int = 1024,
+                      cache_dir: str | os.PathLike | None = None,
+                      loops: int | tuple[int, int] | None = None,
+                      residual_penalty: float = 0.0, residual: str = "relative",
+                      curriculum: tuple[tuple[int, int, int], ...] = ()) -> DivergedStep:
+    """The step at which `train_looped` with these arguments diverged: the weights before
+    it, its batch and loop count, and its loss recomputed from them (a `DivergedStep`).
+
+    Raises `LookupError` where the cache holds no such record (the training did not
+    diverge, was not run here, or diverged before its record kept the weights).
+    """
+    loops, stages, recipe = _plan(config, seed=seed, steps=steps, batch=batch, lr=lr,
+                                  weight_decay=weight_decay, loss_from=loss_from,
+                                  eval_batch=eval_batch, loops=loops,
+                                  residual_penalty=residual_penalty, residual=residual,
+                                  curriculum=curriculum)
+    root = default_cache_dir() if cache_dir is None else cache_dir
+    weights_path, _, _ = cache_paths(config.fingerprint(), config.entropy.name, recipe, root)
+    record_path, model_path = divergence_path(weights_path), _diverged_weights_path(weights_path)
+    if not (record_path.exists() and model_path.exists()):
+        raise LookupError(f"no recorded divergence with its weights for seed {seed} of this "
+                          f"design and recipe ({record_path.name})")
+    record = json.loads(record_path.read_text())
+    j, i = int(record["stage"]), int(record["step"])
+    stage, n_steps = (stages + [(config, int(steps))])[j]
+    _, k_data, _ = jr.split(jr.PRNGKey(seed), 3)
+    k_stage = jr.fold_in(k_data, 1 + j) if j < len(stages) else k_data
+    with _numeric_mode(stage):
+        model = eqx.tree_deserialise_leaves(model_path, _shell(stage))
+        data = task_batch(stage, jr.fold_in(k_stage, i), int(batch))
+        if loops is None:
+            n = scan = stage.n_loops
+            loss = _loss_fn(model, data.tokens, data.labels,
+                            min(int(math.floor(loss_from * stage.n_loops)), stage.n_loops))
+        else:
+            n = int(record["loops"])
+            buckets = _loop_buckets(*loops) if n_steps >= _SHORT_RUN else [loops[1]]
+            scan = next(b for b in buckets if b >= n)
+            loss = eqx.filter_jit(_deq_loss_fn)(model, data.tokens, data.labels,
+                                                jnp.asarray(n, jnp.int32), float(loss_from),
+                                                scan, float(residual_penalty),
+                                                residual == "absolute")
+    terms = dict(loss_from=float(loss_from), penalty=float(residual_penalty),
+                 absolute=residual == "absolute")
+    return DivergedStep(record, model, np.asarray(data.tokens), np.asarray(data.labels), n,
+                        scan, terms, float(loss))

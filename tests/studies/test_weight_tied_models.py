@@ -926,7 +926,7 @@ def test_training_that_diverges_stops_and_caches_only_a_record(tmp_path):
     # RK4 substeps within a few steps (NaN loss): training stops with the step and caches
     # no weights, only a record that `cached_only` reports. Control: the same loop at the
     # default rate trains its 5 steps, finite, and leaves no record.
-    from weight_tied.training import train_looped
+    from weight_tied.training import replay_divergence, train_looped
 
     cfg = LoopedConfig(task="pointer", n_pairs=4, hops=2, dim=8, d_model=8, n_heads=2,
                        d_mlp=16, n_loops=2, loop_kind="fisher", mass=0.5, damping=1.0,
@@ -934,9 +934,24 @@ def test_training_that_diverges_stops_and_caches_only_a_record(tmp_path):
     with pytest.raises(FloatingPointError, match=r"diverged: the loss is nan at step \d+ of 30"
                        ) as err:
         train_looped(cfg, steps=30, batch=4, lr=10.0, cache_dir=tmp_path, progress=False)
-    (record,) = tmp_path.iterdir()
-    assert record.name.endswith(".diverged.json")
+    weights, record = sorted(tmp_path.iterdir(), key=lambda f: f.suffix)
+    assert record.name.endswith(".diverged.json") and weights.name.endswith(".diverged.eqx")
     assert json.loads(record.read_text())["message"] == str(err.value)
+    # the record keeps the weights before the step: finite, and the step's batch, replayed
+    # through them, gives the non-finite loss again
+    step = replay_divergence(cfg, steps=30, batch=4, lr=10.0, cache_dir=tmp_path)
+    assert re.search(rf"at step {step.record['step'] + 1} of 30", str(err.value))
+    assert all(np.all(np.isfinite(np.asarray(leaf))) for leaf in
+               jax.tree_util.tree_leaves(eqx.filter(step.model, eqx.is_inexact_array)))
+    assert not np.isfinite(step.loss) and step.tokens.shape[0] == 4
+    assert step.loops == step.scan_loops == cfg.n_loops and step.record["loops"] is None
+    # fixed-point training: the record keeps the step's drawn loop count as well
+    deq = dict(steps=30, batch=4, lr=10.0, loops=(2, 5), residual_penalty=0.1)
+    with pytest.raises(FloatingPointError, match="diverged"):
+        train_looped(cfg, cache_dir=tmp_path, progress=False, **deq)
+    step = replay_divergence(cfg, cache_dir=tmp_path, **deq)
+    assert 2 <= step.loops <= 5 and step.scan_loops == 5 and not np.isfinite(step.loss)
+    assert step.loss_terms == dict(loss_from=0.5, penalty=0.1, absolute=False)
     with pytest.raises(FloatingPointError, match=r"the loss is nan at step \d+ of 30.*"
                        r"\(recorded in .*\.diverged\.json\)"):
         train_looped(cfg, steps=30, batch=4, lr=10.0, cache_dir=tmp_path, progress=False,
@@ -945,6 +960,8 @@ def test_training_that_diverges_stops_and_caches_only_a_record(tmp_path):
     with pytest.raises(LookupError, match="no cached weights"):
         train_looped(cfg, steps=5, batch=4, cache_dir=tmp_path, progress=False,
                      cached_only=True)
+    with pytest.raises(LookupError, match="no recorded divergence"):
+        replay_divergence(cfg, steps=5, batch=4, cache_dir=tmp_path)
     # a curriculum's record names the stage that diverged
     with pytest.raises(FloatingPointError, match=r"stage 1 of 2: training diverged"):
         train_looped(cfg, steps=3, batch=4, lr=10.0, cache_dir=tmp_path, progress=False,
@@ -965,5 +982,6 @@ def test_training_that_diverges_stops_and_caches_only_a_record(tmp_path):
     for f in tmp_path.iterdir():
         f.unlink()
     stale.write_text(json.dumps(dict(message="an earlier divergence")))
+    stale.with_suffix(".eqx").write_bytes(b"weights before an earlier divergence")
     train_looped(cfg, steps=5, batch=4, cache_dir=tmp_path, progress=False)
     assert not stale.exists() and len(list(tmp_path.iterdir())) == 2
