@@ -72,7 +72,11 @@ class DivergenceTrace:
       imaginary parts, the weight $\\rho$ of the key that carries it most and that key's
       score gap below its row's greatest score; last, the greatest $\\mathrm{Re}\\lambda$
       of any mode of the head (above 0: the dynamics itself grows).
-    - `velocity` `(problems, loops, heads)`: the greatest $|\\dot\\psi|$ after each loop.
+    - `turn` `(problems, loops, heads)`: the greatest angle a substep turns a row through
+      on the sphere, $h\\,\\|\\dot\\psi\\|$, after each loop; `drift`: the greatest
+      $|\\,\\|\\psi\\|^2 - 1|$ after each loop (the chart's state leaving its sphere);
+      `spread`: the greatest score spread of a row, $\\max z - \\min z$, at each loop; `jump`:
+      the greatest change of a score from the loop before (0 at the first).
     - `h`, `mass`, `damping`, `T` (per head): the substep and the learned parameters.
     """
 
@@ -81,7 +85,10 @@ class DivergenceTrace:
     first_quantity: np.ndarray
     amplification: np.ndarray
     worst: np.ndarray
-    velocity: np.ndarray
+    turn: np.ndarray
+    drift: np.ndarray
+    spread: np.ndarray
+    jump: np.ndarray
     h: float
     mass: np.ndarray
     damping: np.ndarray
@@ -128,7 +135,7 @@ def trace_divergence(model, tokens, n_loops: int) -> DivergenceTrace:
         state0 = model.initial_state(tokens_b)
 
         def body(state, _):
-            x, carry = state
+            x, carry, last = state
             u, a, scores, rho, new = model._attend(x, e, carry)
             x_new = model._step(x, u, a)
             ok = lambda t: jnp.all(jnp.isfinite(t))  # noqa: E731
@@ -137,14 +144,20 @@ def trace_divergence(model, tokens, n_loops: int) -> DivergenceTrace:
             f64 = lambda t: t.astype(jnp.float64)  # noqa: E731
             amp, worst = jax.vmap(head_worst)(f64(carry[0]), f64(carry[1]), f64(scores),
                                               f64(T), f64(mass), f64(damping))
-            vel = jnp.max(jnp.abs(new[1]), axis=(-2, -1))
-            return (x_new, new), (finite, amp, worst, vel)
+            rows = lambda t: jnp.max(t, axis=-1)  # noqa: E731
+            turn = rows(h * jnp.linalg.norm(new[1], axis=-1))
+            drift = rows(jnp.abs(jnp.sum(new[0] ** 2, -1) - 1))
+            spread = rows(jnp.max(scores, -1) - jnp.min(scores, -1))
+            jump = jnp.max(jnp.where(jnp.isnan(last), 0.0, jnp.abs(scores - last)), (-2, -1))
+            return (x_new, new, scores), (finite, amp, worst, turn, drift, spread, jump)
 
-        _, out = jax.lax.scan(body, state0, length=n_loops)
+        n = e.shape[0]
+        first_scores = jnp.full((cfg.n_heads, n, n), jnp.nan, e.dtype)
+        _, out = jax.lax.scan(body, state0 + (first_scores,), length=n_loops)
         return out
 
     with jax.numpy_dtype_promotion("standard"):
-        finite, amp, worst, vel = jax.jit(jax.vmap(one_problem))(jnp.asarray(tokens))
+        finite, amp, worst, *motion = jax.jit(jax.vmap(one_problem))(jnp.asarray(tokens))
     finite = np.asarray(finite)
     bad = ~finite.all(-1)
     first = np.where(bad.any(1), bad.argmax(1) + 1, 0)
@@ -152,8 +165,8 @@ def trace_divergence(model, tokens, n_loops: int) -> DivergenceTrace:
     which = np.array([0 if f == 0 else 1 + int(np.argmin(finite[b, f - 1]))
                       for b, f in enumerate(first)])
     return DivergenceTrace(finite, first, names[which], np.asarray(amp), np.asarray(worst),
-                           np.asarray(vel), float(h), np.asarray(mass), np.asarray(damping),
-                           np.asarray(T))
+                           *(np.asarray(a) for a in motion), float(h), np.asarray(mass),
+                           np.asarray(damping), np.asarray(T))
 
 
 def summarize(step, tr: DivergenceTrace) -> dict:
@@ -167,9 +180,15 @@ def summarize(step, tr: DivergenceTrace) -> dict:
                h=tr.h, mass=tr.mass.tolist(), damping=tr.damping.tolist(), T=tr.T.tolist(),
                substep_damping_rate=(tr.h * tr.damping / tr.mass).tolist())
     stable = np.setdiff1d(np.arange(tr.first_loop.size), diverging)
-    if stable.size:
-        out["finite_problems_amplification_max"] = float(np.nanmax(tr.amplification[stable]))
-        out["finite_problems_above_1"] = float(np.mean(tr.amplification[stable] > 1))
+    if stable.size:  # the control: the batch's problems that stay finite, over all loops
+        out["finite_problems"] = dict(
+            amplification_max=float(np.nanmax(tr.amplification[stable])),
+            amplification_above_1=float(np.mean(tr.amplification[stable] > 1)),
+            **{f"{k}_max": float(np.max(getattr(tr, k)[stable]))
+               for k in ("turn", "drift", "spread", "jump")},
+            drift_max_by_head=np.max(tr.drift[stable], (0, 1)).tolist(),
+            turn_max_by_head=np.max(tr.turn[stable], (0, 1)).tolist(),
+            problems_drift_above_0_1=int(np.sum(np.max(tr.drift[stable], (1, 2)) > 0.1)))
     if not diverging.size:
         return out
     first = tr.first_loop[diverging]
@@ -188,7 +207,10 @@ def summarize(step, tr: DivergenceTrace) -> dict:
         cases.append(dict(problem=int(b), first_loop=int(f),
                           first_quantity=str(tr.first_quantity[b]),
                           amplification_by_loop=np.nanmax(amp, -1).round(4).tolist(),
-                          velocity_by_loop=np.max(tr.velocity[b, :f - 1], -1).tolist(),
+                          turn_by_loop=np.max(tr.turn[b, :f - 1], -1).tolist(),
+                          drift_by_loop=np.max(tr.drift[b, :f - 1], -1).tolist(),
+                          spread_by_loop=np.max(tr.spread[b, :f], -1).tolist(),
+                          jump_by_loop=np.max(tr.jump[b, :f], -1).tolist(),
                           head=head, eigenvalue=[float(lam_re), float(lam_im)],
                           h_times_eigenvalue=float(tr.h * np.hypot(lam_re, lam_im)),
                           key_weight=float(rho), key_score_gap=float(gap),
@@ -227,19 +249,27 @@ def main(argv=None):
     log(f"recorded: {step.record['message']}")
     log(f"replayed loss {step.loss:.4g} at n = {step.loops} loops (scan {step.scan_loops}); "
         f"{out['non_finite_problems']} of {out['problems']} problems turn non-finite")
+    fmt = lambda v: "[" + ", ".join(f"{a:.3g}" for a in v) + "]"  # noqa: E731
     for c in out.get("cases", []):
         log(f"problem {c['problem']}: first non-finite at loop {c['first_loop']} "
-            f"({c['first_quantity']}); head {c['head']}: spurious RK4 amplification by loop "
-            f"{c['amplification_by_loop']}, eigenvalue {c['eigenvalue'][0]:.4g} "
-            f"{c['eigenvalue'][1]:+.4g}i (h|lambda| {c['h_times_eigenvalue']:.3g}) on a key "
-            f"of weight {c['key_weight']:.3g}, {c['key_score_gap']:.4g} below the row's best; "
-            f"greatest Re lambda of the head {c['greatest_growth_rate']:.3g}")
+            f"({c['first_quantity']}). By loop: score spread {fmt(c['spread_by_loop'])}, "
+            f"greatest score change {fmt(c['jump_by_loop'])}; after each loop before it, "
+            f"turn per substep h|psi_dot| {fmt(c['turn_by_loop'])}, off the sphere "
+            f"| |psi|^2 - 1 | {fmt(c['drift_by_loop'])}; spurious RK4 amplification "
+            f"{fmt(c['amplification_by_loop'])}, at loop {c['first_loop']} head {c['head']} "
+            f"eigenvalue {c['eigenvalue'][0]:.4g} {c['eigenvalue'][1]:+.4g}i (h|lambda| "
+            f"{c['h_times_eigenvalue']:.3g}), greatest Re lambda {c['greatest_growth_rate']:.3g}")
     log("the step's loss by RK4 substeps per loop: " + ", ".join(
         f"{k}: {v:.4g}" for k, v in out["loss_by_substeps"].items()))
-    if "finite_problems_amplification_max" in out:
-        log(f"problems that stay finite: RK4 amplification at most "
-            f"{out['finite_problems_amplification_max']:.4f} "
-            f"({100 * out['finite_problems_above_1']:.1f} % of their loops and heads above 1)")
+    if "finite_problems" in out:
+        f = out["finite_problems"]
+        log(f"problems that stay finite, over all loops: score spread at most "
+            f"{f['spread_max']:.3g}, score change {f['jump_max']:.3g}, turn per substep "
+            f"{f['turn_max']:.3g}, off the sphere {f['drift_max']:.3g} (by head "
+            f"{fmt(f['drift_max_by_head'])}; {f['problems_drift_above_0_1']} problems above "
+            f"0.1); spurious RK4 "
+            f"amplification at most {f['amplification_max']:.4f} "
+            f"({100 * f['amplification_above_1']:.1f} % of their loops and heads above 1)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1, default=float)
