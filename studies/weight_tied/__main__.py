@@ -6,7 +6,9 @@ linear_response on loops whose scores respond to the attention;
 `python studies/weight_tied timescales [pilot options]`: whose modes the slow attention
 modes of cached carried-attention models are (the stream's or the attention state's);
 `python studies/weight_tied divergence [pilot options]`: where the training those options
-ran diverged, and whether its RK4 substeps were stable there."""
+ran diverged, and whether its RK4 substeps were stable there;
+`python studies/weight_tied integration [pilot options]`: how far cached Fisher loops'
+attention is from finer substeps of the same dynamics."""
 
 import sys
 from pathlib import Path
@@ -31,9 +33,13 @@ elif sys.argv[1:2] == ["pilot"]:
 
     main(sys.argv[2:])
 elif sys.argv[1:2] == ["divergence"]:
-    from weight_tied.divergence import main  # noqa: E402
+    from weight_tied.integration import main  # noqa: E402
 
     main(sys.argv[2:])
+elif sys.argv[1:2] == ["integration"]:
+    from weight_tied.integration import main_integration  # noqa: E402
+
+    main_integration(sys.argv[2:])
 elif sys.argv[1:2] == ["timescales"]:
     from weight_tied.timescales import main  # noqa: E402
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fisherdyn as fd
-from weight_tied.divergence import QUANTITIES, rk4_amplification, row_modes, summarize
+from weight_tied.integration import QUANTITIES, rk4_amplification, row_modes, summarize
 
 M, GAMMA, T = 0.1, 1.0, 1.0
 Z = jnp.array([3.0, 2.6, 2.0, 1.0, -4.0, -60.0])  # two keys below Tsallis(1.5)'s support
@@ -101,7 +101,7 @@ def test_trace_of_a_diverged_training_names_the_loop_and_quantity(tmp_path):
     # RK4 substeps) at a loop where the linearization says the integrator grows modes the
     # dynamics damps (spurious amplification > 1) or the dynamics itself grows. Control:
     # the initial weights on the same batch stay finite with amplification <= 1.
-    from weight_tied.divergence import trace_divergence
+    from weight_tied.integration import trace_divergence
     from weight_tied.model import LoopedConfig, init_looped
     from weight_tied.training import replay_divergence, train_looped
 
@@ -145,3 +145,29 @@ def test_trace_of_a_diverged_training_names_the_loop_and_quantity(tmp_path):
     diffs = np.abs(np.diff(losses))
     assert np.all(np.isfinite(losses)) and diffs[0] > 8 * diffs[1] > 0
     assert not np.isfinite(step.loss_under())  # the recorded step itself, unchanged
+
+
+def test_substep_error_falls_as_rk4_and_reads_the_sphere():
+    # Reference: RK4's global error is O(h^4), so the attention's distance from a 4x finer
+    # run falls ~16x when the model's own substeps double (asserted >= 8x); a loop on
+    # resolved substeps stays on its sphere (drift below 1e-3) and changes no answer.
+    from weight_tied.integration import substep_error
+    from weight_tied.model import LoopedConfig, init_looped
+    from weight_tied.study import to_f64
+    from weight_tied.task import task_batch
+
+    errs = []
+    for k in (4, 8):
+        cfg = LoopedConfig(task="pointer", n_pairs=4, hops=2, dim=8, d_model=8, n_heads=2,
+                           d_mlp=16, n_loops=4, loop_kind="fisher", mass=0.5, damping=1.0,
+                           substeps=k, entropy=fd.Tsallis(1.5))
+        with jax.numpy_dtype_promotion("standard"):
+            model = to_f64(init_looped(cfg, jax.random.PRNGKey(1)))
+        tokens = task_batch(cfg, jax.random.PRNGKey(2), 8).tokens
+        errs.append(substep_error(model, tokens, 8, factor=4))
+    coarse, finer = (np.max(e["tv_max"]) for e in errs)
+    assert 0 < finer and coarse > 8 * finer
+    for e in errs:
+        assert e["substeps"][1] == 4 * e["substeps"][0] and e["problems"] == 8
+        assert max(e["drift_max"]) < 1e-3 and e["answers_changed"] == 0.0
+        assert len(e["tv_max"]) == len(e["turn_max"]) == 2
