@@ -15,6 +15,10 @@ A study, not part of the library: it calls fisherdyn's public API only. Run it w
   use), `TrainedLooped`; `cache.py`: where the trained weights are kept
   (`default_cache_dir`).
 - `paths.py`: `extract_paths`, `LoopedPaths`, `evaluate_looped`: the attention, loop by loop.
+- `integration.py`: how well a Fisher loop's RK4 substeps integrate its carried attention:
+  `trace_divergence` of a diverged training's step (`training.replay_divergence`;
+  `python studies/weight_tied divergence`) and `substep_error` of a trained loop
+  (`python studies/weight_tied integration`).
 - `fixed_point.py`: `fixed_point_report`, `loop_jacobian`: residuals and the linearized loop.
 - `evidence_paths.py` (depth convergence, mobility), `evidence_response.py` (linear
   response), `evidence_held_response.py` (the held-score Fisher map fitted to a loop map
