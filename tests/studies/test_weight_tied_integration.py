@@ -171,3 +171,4 @@ def test_substep_error_falls_as_rk4_and_reads_the_sphere():
         assert e["substeps"][1] == 4 * e["substeps"][0] and e["problems"] == 8
         assert max(e["drift_max"]) < 1e-3 and e["answers_changed"] == 0.0
         assert len(e["tv_max"]) == len(e["turn_max"]) == 2
+        assert np.all(np.array(e["tv_last_max"]) <= np.array(e["tv_max"]))
