@@ -273,11 +273,10 @@ def summarize(step, tr: DivergenceTrace) -> dict:
 
 
 def main(argv=None):
-    import json
 
     import jax
 
-    from .pilot import design_of, parser
+    from .pilot import design_of, parser, write_outputs
     from .training import replay_divergence
 
     p = parser(prog="studies/weight_tied divergence",
@@ -320,12 +319,9 @@ def main(argv=None):
             f"{f['spread_max']:.3g}, score change {f['jump_max']:.3g}, turn per substep "
             f"{f['turn_max']:.3g}, off the sphere {f['drift_max']:.3g} (by head "
             f"{fmt(f['drift_max_by_head'])}; {f['problems_drift_above_0_1']} problems above "
-            f"0.1); spurious RK4 "
-            f"amplification at most {f['amplification_max']:.4f} "
+            f"0.1); spurious RK4 amplification at most {f['amplification_max']:.4f} "
             f"({100 * f['amplification_above_1']:.1f} % of their loops and heads above 1)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1, default=float)
+    write_outputs(args, out, None, log)
     return out
 
 
@@ -333,12 +329,11 @@ def main_integration(argv=None):
     """`python studies/weight_tied integration [pilot options] [--seeds ...] [--families
     ...] [--factor K]`: `substep_error` of cached Fisher-loop models over 4L loops."""
     import argparse
-    import json
 
     import jax
     import jax.random as jr
 
-    from .pilot import design_of, parser, trained
+    from .pilot import design_of, parser, trained, write_outputs
     from .study import to_f64
     from .task import task_batch
 
@@ -369,10 +364,8 @@ def main_integration(argv=None):
                 f"substeps over {r['loops']} loops, {r['problems']} problems: attention "
                 f"apart by TV {fmt(r['tv_max'])} at most (median problem "
                 f"{fmt(r['tv_median'])}; at the last loop {fmt(r['tv_last_max'])}) per "
-                f"head; answers changed "
-                f"{100 * r['answers_changed']:.1f} %; turn per substep at most "
-                f"{fmt(r['turn_max'])}, off the sphere {fmt(r['drift_max'])}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1, default=float)
+                f"head; answers changed {100 * r['answers_changed']:.1f} %; turn per "
+                f"substep at most {fmt(r['turn_max'])}, off the sphere "
+                f"{fmt(r['drift_max'])}")
+    write_outputs(args, out, None, log)
     return out
