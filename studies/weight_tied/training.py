@@ -515,7 +515,8 @@ class DivergedStep:
 
     def loss_under(self, **changes) -> float:
         """The step's loss from the same weights and batch under the model's config with
-        `changes` (e.g. `substeps=10`: the same dynamics on finer RK4 substeps)."""
+        `changes` (e.g. `substeps=10`: the same dynamics on finer RK4 substeps). One form
+        serves both recipes: without a loop range it is the plain loss (n = L, no penalty)."""
         config = dataclasses.replace(self.model.config, **changes)
         model = _with_config(self.model, config)
         t = self.loss_terms
@@ -560,17 +561,12 @@ def replay_divergence(config: LoopedConfig, *, seed: int = 0, steps: int = 1200,
         data = task_batch(stage, jr.fold_in(k_stage, i), int(batch))
         if loops is None:
             n = scan = stage.n_loops
-            loss = _loss_fn(model, data.tokens, data.labels,
-                            min(int(math.floor(loss_from * stage.n_loops)), stage.n_loops))
         else:
             n = int(record["loops"])
             buckets = _loop_buckets(*loops) if n_steps >= _SHORT_RUN else [loops[1]]
             scan = next(b for b in buckets if b >= n)
-            loss = eqx.filter_jit(_deq_loss_fn)(model, data.tokens, data.labels,
-                                                jnp.asarray(n, jnp.int32), float(loss_from),
-                                                scan, float(residual_penalty),
-                                                residual == "absolute")
     terms = dict(loss_from=float(loss_from), penalty=float(residual_penalty),
                  absolute=residual == "absolute")
-    return DivergedStep(record, model, np.asarray(data.tokens), np.asarray(data.labels), n,
-                        scan, terms, float(loss))
+    step = DivergedStep(record, model, np.asarray(data.tokens), np.asarray(data.labels), n,
+                        scan, terms, float("nan"))
+    return dataclasses.replace(step, loss=step.loss_under())
