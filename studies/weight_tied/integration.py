@@ -37,8 +37,9 @@ QUANTITIES = ("scores", "position", "velocity", "weights", "stream", "logits")
 
 def rk4_amplification(w):
     """$|R(w)|$ of the classical RK4 step at $w = h\\lambda$: the factor by which one step
-    multiplies a linear mode of rate $\\lambda$ (stable where it is at most 1)."""
-    return np.abs(1 + w + w**2 / 2 + w**3 / 6 + w**4 / 24)
+    multiplies a linear mode of rate $\\lambda$ (stable where it is at most 1). NumPy and JAX
+    arrays alike (the builtin `abs` dispatches to either)."""
+    return abs(1 + w + w**2 / 2 + w**3 / 6 + w**4 / 24)
 
 
 def row_modes(entropy, x, v, z, T, mass, damping):
@@ -126,7 +127,7 @@ def trace_divergence(model, tokens, n_loops: int, *, linearize: bool = True
         w = h * lam
         # what one substep multiplies a mode by beyond what the dynamics allows it: 1 for a
         # mode it damps, its true growth e^{h Re lambda} for one it grows
-        amp = (jnp.abs(1 + w + w**2 / 2 + w**3 / 6 + w**4 / 24)
+        amp = (rk4_amplification(w)
                / jnp.maximum(1.0, jnp.exp(jnp.minimum(w.real, 50.0))))
         r, k = jnp.unravel_index(jnp.argmax(amp), amp.shape)
         n = x.shape[-1]
