@@ -337,6 +337,7 @@ def main_integration(argv=None):
     from .pilot import design_of, parser, trained, write_outputs
     from .study import to_f64
     from .task import task_batch
+    from .training import host_of
 
     p = parser(prog="studies/weight_tied integration",
                description="How far cached Fisher-loop models' attention is from the "
@@ -360,7 +361,7 @@ def main_integration(argv=None):
                 continue
             batch = task_batch(cfg, jr.PRNGKey(30_000 + seed), args.problems)
             r = substep_error(model, batch.tokens, 4 * cfg.n_loops, args.factor)
-            out[family][str(seed)] = r
+            out[family][str(seed)] = dict(r, host=host_of())
             log(f"{family}, seed {seed}: {r['substeps'][0]} against {r['substeps'][1]} "
                 f"substeps over {r['loops']} loops, {r['problems']} problems: attention "
                 f"apart by TV {fmt(r['tv_max'])} at most (median problem "
