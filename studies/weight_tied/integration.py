@@ -127,8 +127,7 @@ def trace_divergence(model, tokens, n_loops: int, *, linearize: bool = True
         w = h * lam
         # what one substep multiplies a mode by beyond what the dynamics allows it: 1 for a
         # mode it damps, its true growth e^{h Re lambda} for one it grows
-        amp = (rk4_amplification(w)
-               / jnp.maximum(1.0, jnp.exp(jnp.minimum(w.real, 50.0))))
+        amp = rk4_amplification(w) / jnp.maximum(1.0, jnp.exp(jnp.minimum(w.real, 50.0)))
         r, k = jnp.unravel_index(jnp.argmax(amp), amp.shape)
         n = x.shape[-1]
         # the key whose position and velocity carry the mode most
