@@ -140,7 +140,8 @@ def pilot(args, log=print) -> dict:
     return dict(follow=follows, config=cfg.fingerprint(), recipe=recipe_of(args),
                 evaluation=evaluation_of(args), host=host_of(), carried=carried,
                 # the run that trained the weights (a cached model keeps its own numbers)
-                training=dict(seconds=tr.seconds, step_ms=tr.step_ms, cached=tr.from_cache),
+                training=dict(seconds=tr.seconds, step_ms=tr.step_ms, cached=tr.from_cache,
+                              trained_by=tr.trained_by),
                 accuracy=tr.accuracy,
                 accuracy_by_loop=by_loop.tolist(), chance=chance, mode_shortcut=shortcut,
                 fixed_point=fp, depth_ratio=ratio,

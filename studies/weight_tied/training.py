@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import math
 import os
@@ -53,6 +54,8 @@ class TrainedLooped:
       (compilations excluded).
     - `from_cache`: the weights were loaded; `path`: of the cached weights (None if caching
       was off).
+    - `trained_by`: where and by which code the weights were trained: `host` (`host_of`)
+      and `code` (`code_fingerprint`); None for weights cached before it was recorded.
     """
 
     model: LoopedTransformer
@@ -62,6 +65,7 @@ class TrainedLooped:
     step_ms: float
     from_cache: bool
     path: str | None
+    trained_by: dict | None = None
 
 
 class TrainingDiverged(FloatingPointError):
@@ -282,14 +286,16 @@ def _load(config, weights_path, meta_path, progress):
     if progress:
         print(f"train_looped: loaded {weights_path} (accuracy {meta['accuracy']:.3f})")
     return TrainedLooped(model, meta["accuracy"], np.asarray(meta["loss_history"]),
-                         meta["seconds"], meta["step_ms"], True, str(weights_path))
+                         meta["seconds"], meta["step_ms"], True, str(weights_path),
+                         meta.get("trained_by"))
 
 
 def _store(trained, weights_path, meta_path, blob):
     """Write the weights and their metadata (each file atomically)."""
     atomic_write(weights_path, lambda f: eqx.tree_serialise_leaves(f, trained.model))
     meta = dict(json.loads(blob), accuracy=trained.accuracy, seconds=trained.seconds,
-                step_ms=trained.step_ms, loss_history=trained.loss_history.tolist())
+                step_ms=trained.step_ms, loss_history=trained.loss_history.tolist(),
+                trained_by=trained.trained_by)
     atomic_write(meta_path, lambda f: f.write(json.dumps(meta).encode()))
 
 
@@ -308,6 +314,39 @@ def host_of() -> dict:
     cpu = info.get("model name", cpu)
     cpu += " (AVX-512)" if "avx512f" in info.get("flags", "").split() else ""
     return dict(jax=jax.__version__, backend=jax.default_backend(), cpu=cpu)
+
+
+def source_fingerprint(roots) -> str:
+    """The first 16 hex digits of the SHA-256 of the `*.py` files under `roots` (package
+    directories), each with its path relative to its root's parent: where the packages
+    lie does not enter."""
+    h = hashlib.sha256()
+    for root in map(pathlib.Path, roots):
+        for path in sorted(root.rglob("*.py")):
+            h.update(path.relative_to(root.parent).as_posix().encode() + b"\0")
+            h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """`source_fingerprint` of the code that trains a model: the installed `fisherdyn`
+    package and this study package.
+
+    The weight cache is keyed by the design and the recipe, not by the code: a formula
+    rewritten to round differently (Kaniadakis(0.3)'s $G$ from one `exp` instead of one
+    `expm1`) moves the weights by 1e-7 within 30 steps and training amplifies that, so
+    the same seed trains to other weights. The fingerprint says which code trained them."""
+    import fisherdyn
+
+    return source_fingerprint([pathlib.Path(fisherdyn.__file__).parent,
+                               pathlib.Path(__file__).parent])
+
+
+def trained_by() -> dict:
+    """The record a training leaves beside its weights: `host_of()` and
+    `code_fingerprint()`."""
+    return dict(host=host_of(), code=code_fingerprint())
 
 
 def divergence_path(weights_path: pathlib.Path) -> pathlib.Path:
@@ -477,7 +516,7 @@ def train_looped(
                 # and the weights before the step let `replay_divergence` take it apart
                 _record_divergence(weights_path, blob, where + message, err.model,
                                    dict(stage=len(history), step=err.step, loops=err.loops,
-                                        host=host))
+                                        host=host, code=code_fingerprint()))
             raise FloatingPointError(where + message) from None
         losses, seconds = np.concatenate(history + [losses]), seconds + sec
         accuracy = evaluate_looped(model, k_eval, eval_batch)
@@ -485,7 +524,7 @@ def train_looped(
         print(f"train_looped: {config.entropy!r} accuracy {accuracy:.3f} "
               f"({seconds:.1f} s, median step {step_ms:.1f} ms)")
     trained = TrainedLooped(model, accuracy, losses, seconds, step_ms, False,
-                            str(weights_path) if use_cache else None)
+                            str(weights_path) if use_cache else None, trained_by())
     if use_cache:
         _store(trained, weights_path, meta_path, blob)
         divergence_path(weights_path).unlink(missing_ok=True)

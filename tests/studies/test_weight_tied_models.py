@@ -360,7 +360,7 @@ def test_deq_training_options_and_cache_key(tmp_path):
     import json
 
     from weight_tied.cache import cache_paths
-    from weight_tied.training import TrainedLooped, _store, train_looped
+    from weight_tied.training import TrainedLooped, _store, train_looped, trained_by
 
     kw = dict(seed=1, steps=3, batch=4, eval_batch=8, progress=False, cache_dir=tmp_path)
     old_recipe = dict(seed=1, steps=3, batch=4, lr=3e-3, weight_decay=1e-4, loss_from=0.5,
@@ -371,10 +371,15 @@ def test_deq_training_options_and_cache_key(tmp_path):
     _store(stored, w, m, blob)
     plain = train_looped(FP_TINY, **kw)
     assert plain.from_cache and plain.path == str(w) and plain.accuracy == 0.123
+    assert plain.trained_by is None  # stored without the record: not made up on loading
     deq = train_looped(FP_TINY, loops=(3, 9), residual_penalty=10.0, **kw)
     assert not deq.from_cache and deq.path != plain.path
     meta = json.loads(open(deq.path.replace(".eqx", ".json")).read())
     assert meta["recipe"]["loops"] == [3, 9] and meta["recipe"]["residual_penalty"] == 10.0
+    # the weights name the host and code that trained them, and a cache load keeps that
+    assert meta["trained_by"] == deq.trained_by == trained_by()
+    assert train_looped(FP_TINY, loops=(3, 9), residual_penalty=10.0,
+                        **kw).trained_by == deq.trained_by
     assert np.all(np.isfinite(deq.loss_history))
     again = train_looped(FP_TINY, loops=(3, 9), residual_penalty=10.0, use_cache=False,
                          **{k: v for k, v in kw.items() if k != "cache_dir"})
@@ -386,6 +391,35 @@ def test_deq_training_options_and_cache_key(tmp_path):
         train_looped(FP_TINY, loops=(5, 2), **kw)
     with pytest.raises(ValueError, match="residual_penalty"):
         train_looped(FP_TINY, residual_penalty=1.0, **kw)
+
+
+def test_source_fingerprint_reads_the_sources_and_their_names_only(tmp_path):
+    # Reference: copies of one small package tree. The fingerprint must stay the same where
+    # the tree is moved or a non-source file changes, and change with one source byte or
+    # a file's name; the installed code's fingerprint is 16 hex digits and stable.
+    import shutil
+
+    from weight_tied.training import code_fingerprint, source_fingerprint
+
+    a = tmp_path / "a" / "pkg"
+    (a / "sub").mkdir(parents=True)
+    (a / "__init__.py").write_text("x = 1\n")
+    (a / "sub" / "law.py").write_text("def G(x):\n    return x\n")
+    (a / "notes.txt").write_text("not code")
+    base = source_fingerprint([a])
+    b = tmp_path / "b" / "deeper" / "pkg"
+    shutil.copytree(a, b)
+    assert source_fingerprint([b]) == base
+    (b / "notes.txt").write_text("changed")
+    assert source_fingerprint([b]) == base
+    (b / "sub" / "law.py").write_text("def G(x):\n    return x \n")
+    assert source_fingerprint([b]) != base
+    shutil.rmtree(b)
+    shutil.copytree(a, b)
+    (b / "sub" / "law.py").rename(b / "sub" / "law2.py")
+    assert source_fingerprint([b]) != base
+    fp = code_fingerprint()
+    assert len(fp) == 16 and int(fp, 16) >= 0 and code_fingerprint() == fp
 
 
 def test_deq_training_scan_lengths_do_not_change_the_training(monkeypatch):
@@ -668,6 +702,7 @@ def test_pilot_reports_the_preconditions_of_a_model(tmp_path, monkeypatch, capsy
     assert out["host"]["jax"] == jax.__version__ and out["host"]["backend"] == "cpu"
     assert out["carried"] is None  # a plain transformer carries no dynamics
     assert out["training"]["seconds"] > 0 and out["training"]["cached"] is False
+    assert out["training"]["trained_by"]["host"] == out["host"]  # trained where it ran
     # the linear-response statistic of each linearized problem and head (2 heads by default)
     lr = out["fixed_point"]["linear_response"]
     assert len(lr) == 1 * 2 and all(e is None or e >= 0 for e in lr)
