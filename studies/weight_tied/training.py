@@ -313,7 +313,10 @@ def host_of() -> dict:
         info = {}
     cpu = info.get("model name", cpu)
     cpu += " (AVX-512)" if "avx512f" in info.get("flags", "").split() else ""
-    return dict(jax=jax.__version__, backend=jax.default_backend(), cpu=cpu)
+    host = dict(jax=jax.__version__, backend=jax.default_backend(), cpu=cpu)
+    if "cpu family" in info and "model" in info:  # a virtual machine's name may not tell
+        host["cpu_id"] = f"family {info['cpu family']}, model {info['model']}"
+    return host
 
 
 def source_fingerprint(roots) -> str:

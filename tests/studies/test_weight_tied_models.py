@@ -703,6 +703,10 @@ def test_pilot_reports_the_preconditions_of_a_model(tmp_path, monkeypatch, capsy
     assert out["carried"] is None  # a plain transformer carries no dynamics
     assert out["training"]["seconds"] > 0 and out["training"]["cached"] is False
     assert out["training"]["trained_by"]["host"] == out["host"]  # trained where it ran
+    cpuinfo = pathlib.Path("/proc/cpuinfo")
+    if cpuinfo.exists() and "cpu family" in cpuinfo.read_text():  # x86 Linux
+        family = re.search(r"^cpu family\s*:\s*(\d+)", cpuinfo.read_text(), re.M).group(1)
+        assert re.fullmatch(rf"family {family}, model \d+", out["host"]["cpu_id"])
     # the linear-response statistic of each linearized problem and head (2 heads by default)
     lr = out["fixed_point"]["linear_response"]
     assert len(lr) == 1 * 2 and all(e is None or e >= 0 for e in lr)
