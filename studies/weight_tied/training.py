@@ -336,10 +336,9 @@ def code_fingerprint() -> str:
     """`source_fingerprint` of the code that trains a model: the installed `fisherdyn`
     package and this study package.
 
-    The weight cache is keyed by the design and the recipe, not by the code: a formula
-    rewritten to round differently (Kaniadakis(0.3)'s $G$ from one `exp` instead of one
-    `expm1`) moves the weights by 1e-7 within 30 steps and training amplifies that, so
-    the same seed trains to other weights. The fingerprint says which code trained them."""
+    The weight cache is keyed by the design and the recipe, not by the code, yet a formula
+    rewritten to round differently changes a training's last bits, which training
+    amplifies into other weights; the fingerprint says which code trained them."""
     import fisherdyn
 
     return source_fingerprint([pathlib.Path(fisherdyn.__file__).parent,
@@ -511,7 +510,8 @@ def train_looped(
                                                     k_data, steps=int(steps), **recipe_kw)
         except TrainingDiverged as err:
             where = f"stage {len(history) + 1} of {len(stages) + 1}: " if stages else ""
-            host = host_of()
+            who = trained_by()
+            host = who["host"]
             # the same seed diverges at another step (or not at all) on another processor
             message = f"{err} (on {host['cpu']}, JAX {host['jax']}, {host['backend']})"
             if use_cache:
@@ -519,7 +519,7 @@ def train_looped(
                 # and the weights before the step let `replay_divergence` take it apart
                 _record_divergence(weights_path, blob, where + message, err.model,
                                    dict(stage=len(history), step=err.step, loops=err.loops,
-                                        host=host, code=code_fingerprint()))
+                                        **who))
             raise FloatingPointError(where + message) from None
         losses, seconds = np.concatenate(history + [losses]), seconds + sec
         accuracy = evaluate_looped(model, k_eval, eval_batch)

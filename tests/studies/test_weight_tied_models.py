@@ -396,8 +396,11 @@ def test_deq_training_options_and_cache_key(tmp_path):
 def test_source_fingerprint_reads_the_sources_and_their_names_only(tmp_path):
     # Reference: copies of one small package tree. The fingerprint must stay the same where
     # the tree is moved or a non-source file changes, and change with one source byte or
-    # a file's name; the installed code's fingerprint is 16 hex digits and stable.
+    # a file's name. The installed code's fingerprint is that of copies of the fisherdyn and
+    # study packages placed elsewhere.
     import shutil
+
+    import weight_tied.training
 
     from weight_tied.training import code_fingerprint, source_fingerprint
 
@@ -419,7 +422,11 @@ def test_source_fingerprint_reads_the_sources_and_their_names_only(tmp_path):
     (b / "sub" / "law.py").rename(b / "sub" / "law2.py")
     assert source_fingerprint([b]) != base
     fp = code_fingerprint()
-    assert len(fp) == 16 and int(fp, 16) >= 0 and code_fingerprint() == fp
+    assert re.fullmatch(r"[0-9a-f]{16}", fp)
+    roots = [pathlib.Path(fd.__file__).parent, pathlib.Path(weight_tied.training.__file__).parent]
+    copies = [shutil.copytree(r, tmp_path / "elsewhere" / r.name) for r in roots]
+    assert source_fingerprint(copies) == fp
+    assert source_fingerprint(copies[:1]) != fp  # the study's sources count too
 
 
 def test_deq_training_scan_lengths_do_not_change_the_training(monkeypatch):
@@ -965,7 +972,7 @@ def test_training_that_diverges_stops_and_caches_only_a_record(tmp_path):
     # RK4 substeps within a few steps (NaN loss): training stops with the step and caches
     # no weights, only a record that `cached_only` reports. Control: the same loop at the
     # default rate trains its 5 steps, finite, and leaves no record.
-    from weight_tied.training import replay_divergence, train_looped
+    from weight_tied.training import code_fingerprint, replay_divergence, train_looped
 
     cfg = LoopedConfig(task="pointer", n_pairs=4, hops=2, dim=8, d_model=8, n_heads=2,
                        d_mlp=16, n_loops=2, loop_kind="fisher", mass=0.5, damping=1.0,
@@ -975,7 +982,9 @@ def test_training_that_diverges_stops_and_caches_only_a_record(tmp_path):
         train_looped(cfg, steps=30, batch=4, lr=10.0, cache_dir=tmp_path, progress=False)
     weights, record = sorted(tmp_path.iterdir(), key=lambda f: f.suffix)
     assert record.name.endswith(".diverged.json") and weights.name.endswith(".diverged.eqx")
-    assert json.loads(record.read_text())["message"] == str(err.value)
+    saved = json.loads(record.read_text())
+    assert saved["message"] == str(err.value)
+    assert saved["host"]["cpu"] in saved["message"] and saved["code"] == code_fingerprint()
     # the record keeps the weights before the step: finite, and the step's batch, replayed
     # through them, gives the non-finite loss again
     step = replay_divergence(cfg, steps=30, batch=4, lr=10.0, cache_dir=tmp_path)
